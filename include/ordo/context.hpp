@@ -1,0 +1,48 @@
+// ordo/context.hpp - where an op runs (Context), what the worker hands it
+// (RunContext), how it is routed (FnProperty) and its per-op attributes.
+#pragma once
+
+#include <cstdint>
+
+namespace ordo {
+
+enum class DeviceType : std::uint8_t { cpu = 0, gpu = 1 };
+
+/// The device an op is pushed to. Cheap value type.
+struct Context {
+  DeviceType type = DeviceType::cpu;
+  int device_id = 0;
+
+  static constexpr Context cpu(int id = 0) noexcept { return {DeviceType::cpu, id}; }
+  static constexpr Context gpu(int id = 0) noexcept { return {DeviceType::gpu, id}; }
+  [[nodiscard]] constexpr bool is_gpu() const noexcept { return type == DeviceType::gpu; }
+  friend constexpr bool operator==(const Context&, const Context&) = default;
+};
+
+/// How an op is routed to workers.
+enum class FnProperty : std::uint8_t {
+  normal = 0,        ///< compute: the context's compute workers
+  copy_to_device,    ///< host -> device copy: the device's copy-in worker
+  copy_from_device,  ///< device -> host copy: the device's copy-out worker
+  cpu_prioritized,   ///< CPU work ordered by priority (higher first) on the priority pool
+  async,             ///< a cheap launcher of asynchronous work: run inline where it becomes ready
+  delete_var,        ///< set by delete_variable
+};
+
+/// Handed to an op body by the worker that runs it.
+struct RunContext {
+  Context ctx;                 ///< the context the op was pushed to
+  void* stream = nullptr;      ///< device stream (set by the gpu layer), else null
+  int worker = -1;             ///< index of the worker within its pool, -1 when run inline
+};
+
+/// Optional per-op attributes. Designated initializers read well:
+/// `{.prop = FnProperty::cpu_prioritized, .priority = 5, .name = "update"}`.
+struct OpAttrs {
+  FnProperty prop = FnProperty::normal;
+  int priority = 0;             ///< honoured by the CPU-priority pool; FIFO elsewhere
+  const char* name = nullptr;   ///< must outlive the op (a string literal is ideal)
+  bool always_run = false;      ///< run even if an input carries an error (and, on success, clear it)
+};
+
+}  // namespace ordo

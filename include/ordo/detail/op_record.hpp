@@ -1,0 +1,100 @@
+// ordo/detail/op_record.hpp - the record behind one pushed op. Internal.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+#include "ordo/context.hpp"
+#include "ordo/detail/op_fn.hpp"
+#include "ordo/on_complete.hpp"
+
+namespace ordo::detail {
+
+class EngineCore;
+struct VarRecord;
+struct OperatorRecord;
+struct ErrorRecord;
+struct OpRecord;
+
+enum class OpKind : std::uint8_t {
+  fn,        ///< body in OpRecord::fn (sync or async)
+  oper,      ///< body in the pre-built operator OpRecord::oper
+  wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
+};
+
+/// One access of an op to one variable. While waiting it is linked into the
+/// variable's queue (guarded by that variable's lock); once granted it is
+/// unlinked and only the variable's counters remember it.
+struct AccessNode {
+  OpRecord* op;
+  AccessNode* next;
+  VarRecord* var;
+  bool write;
+};
+
+inline constexpr int kInlineAccess = 3;
+
+/// Ownership: allocated by op_alloc() in push, owned by the engine from the
+/// moment push() succeeds until its completion, then returned by op_free().
+/// Records are recycled, never returned to the OS, so `gen` stays readable by
+/// stale OnComplete copies.
+struct OpRecord {
+  /// Completion token. Written only by the CAS that claims completion (from
+  /// the thread completing the op); read by OnComplete to detect a second call.
+  std::atomic<std::uint64_t> gen{0};
+  /// Accesses still to be granted + 1 (the pusher's guard, removed when the
+  /// push has appended every access). The thread that brings it to zero
+  /// dispatches the op; acq_rel so the dispatcher sees every grant's writes.
+  std::atomic<std::int32_t> wait{0};
+  /// Error inherited from a variable at grant time, or the op's own. Set by
+  /// CAS from null (grants on different variables race); owned reference.
+  std::atomic<ErrorRecord*> error{nullptr};
+  /// Async ops only: 1 while the body is on the executing thread's stack, 2
+  /// if the op was completed meanwhile (the executor then frees the record
+  /// once the body returns), 0 otherwise.
+  std::atomic<std::uint8_t> body{0};
+
+  EngineCore* engine = nullptr;
+  OpRecord* next = nullptr;  ///< intrusive link: ready queues and free lists
+  std::uint16_t n_access = 0;
+  OpKind kind = OpKind::fn;
+  FnProperty prop = FnProperty::normal;
+  bool always_run = false;
+  int priority = 0;
+  Context ctx{};
+  const char* name = nullptr;
+  OperatorRecord* oper = nullptr;
+  void* aux = nullptr;  ///< wait_var: the waiting thread's state
+  std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
+  AccessNode* access = inline_access;
+  AccessNode inline_access[kInlineAccess];
+  OpFn fn;
+
+  [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
+};
+
+/// Thread-caching allocator of op records (process-wide slabs, never freed).
+OpRecord* op_alloc();
+void op_free(OpRecord* op) noexcept;
+
+/// Frees an op record if push fails before the engine took it over.
+class OpGuard {
+ public:
+  explicit OpGuard(OpRecord* op) noexcept : op_(op) {}
+  OpGuard(const OpGuard&) = delete;
+  OpGuard& operator=(const OpGuard&) = delete;
+  ~OpGuard() {
+    if (op_ != nullptr) {
+      op_->fn.reset();
+      op_free(op_);
+    }
+  }
+  OpRecord* release() noexcept { return std::exchange(op_, nullptr); }
+  [[nodiscard]] OpRecord* get() const noexcept { return op_; }
+
+ private:
+  OpRecord* op_;
+};
+
+}  // namespace ordo::detail

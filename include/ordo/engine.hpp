@@ -1,0 +1,182 @@
+// ordo/engine.hpp - the dependency engine.
+//
+// THE ORDERING RULE. Every op declares the variables it reads and the
+// variables it mutates. Two ops that touch a common variable, at least one of
+// them mutating it, run in push order; everything else may run concurrently.
+//
+// "Push order" is well defined even with several pushing threads: a push
+// appends to all of its variables' queues atomically (the variables are locked
+// in one global order), so for any two conflicting ops every variable they
+// share sees them in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/context.hpp"
+#include "ordo/detail/op_record.hpp"
+#include "ordo/error.hpp"
+#include "ordo/on_complete.hpp"
+#include "ordo/options.hpp"
+#include "ordo/var.hpp"
+
+namespace ordo {
+
+namespace detail {
+class EngineCore;
+struct OperatorRecord;
+}  // namespace detail
+
+/// A pre-built operator: body, variable lists and attributes prepared once by
+/// Engine::new_operator, then pushed many times without copying either.
+/// A cheap handle (two words); a handle to a deleted operator is detected.
+class Operator {
+ public:
+  constexpr Operator() noexcept = default;
+  [[nodiscard]] constexpr bool empty() const noexcept { return rec_ == nullptr; }
+
+ private:
+  friend class Engine;
+  constexpr Operator(detail::OperatorRecord* r, std::uint64_t gen) noexcept : rec_(r), gen_(gen) {}
+  detail::OperatorRecord* rec_ = nullptr;
+  std::uint64_t gen_ = 0;
+};
+
+/// The dependency engine. See the ordering rule at the top of this header.
+///
+/// Op bodies are `void(RunContext)` (or `void()`) for push_sync: finished when
+/// they return; `void(RunContext, OnComplete)` for push_async: finished when
+/// the OnComplete is called, from any thread.
+///
+/// Errors. An exception thrown by an op body (or passed to OnComplete) is
+/// stored. Ops whose reads or writes carry an error are skipped (unless
+/// OpAttrs::always_run) and pass it on to the variables they mutate.
+/// wait_for_var(v) rethrows v's error and clears it from v; wait_for_all()
+/// rethrows the first error not yet rethrown by any wait (an op with no
+/// outputs included) and clears the errors of all variables. An error that no
+/// wait rethrew is reported through Options::on_unobserved_error when the
+/// engine is destroyed. Misuse throws ordo::Error from the call.
+///
+/// Blocking waits inside an op. wait_for_var / wait_for_all called from inside
+/// an op body of the same engine throw ordo::Error{Errc::wait_inside_op}
+/// instead of deadlocking: push a dependent op (or, in a coroutine, co_await)
+/// instead.
+///
+/// Shutdown. The destructor drains: every op already pushed runs (or is
+/// skipped because of an error), including ops pushed by those ops; then the
+/// workers are joined. Async ops whose completion has not come after
+/// Options::shutdown_timeout are reported and abandoned (the engine's state is
+/// kept alive so a late completion is harmless). The destructor never throws.
+///
+/// @par Thread safety
+/// Every member function may be called from any thread, concurrently, except
+/// the destructor, which must not race with other calls on the same engine
+/// (calls made by the ops it is draining are fine).
+class Engine {
+ public:
+  explicit Engine(Options options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Creates a variable. Cheap (a pooled record).
+  [[nodiscard]] Var new_variable();
+
+  /// Schedules deletion of `var`: `fn` runs after every op already pushed on
+  /// var (as an op mutating it, FnProperty::delete_var), then the variable is
+  /// recycled. From this call on, pushing `var` throws Errc::deleted_var.
+  template <class F>
+  void delete_variable(F&& fn, Context ctx, Var var) {
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    if (op->fn.is_async()) {
+      throw Error(Errc::invalid_argument, "delete_variable: the deleter must be a sync function");
+    }
+    submit_delete(guard, ctx, var);
+  }
+  void delete_variable(Var var);
+
+  /// Pushes an op whose body is finished when it returns.
+  template <class F>
+  void push_sync(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    static_assert(detail::is_sync_fn_v<std::decay_t<F>>,
+                  "push_sync needs a body callable as void(RunContext) or void()");
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    submit(guard, ctx, reads, writes, attrs);
+  }
+
+  /// Pushes an op that is finished when the OnComplete it receives is called.
+  template <class F>
+  void push_async(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    static_assert(detail::is_async_fn_v<std::decay_t<F>>,
+                  "push_async needs a body callable as void(RunContext, OnComplete)");
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    submit(guard, ctx, reads, writes, attrs);
+  }
+
+  /// Prepares an operator (sync or async body, told apart by its signature).
+  /// The lists are normalised once; each push then only appends to the queues.
+  /// The body may run concurrently with itself if pushes do not conflict.
+  template <class F>
+  [[nodiscard]] Operator new_operator(F&& fn, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    detail::OperatorRecord* rec = alloc_operator();
+    try {
+      operator_fn(rec).emplace(std::forward<F>(fn));
+    } catch (...) {
+      free_operator(rec);
+      throw;
+    }
+    return init_operator(rec, reads, writes, attrs);
+  }
+
+  /// Pushes a pre-built operator. `priority` overrides the operator's.
+  void push(Operator op, Context ctx, int priority);
+  void push(Operator op, Context ctx);
+
+  /// Deletes an operator: pushes already made still run, later pushes throw
+  /// Errc::deleted_operator; the record is freed when the last push finishes.
+  void delete_operator(Operator op);
+
+  /// Blocks until every write pushed on `var` before this call has finished
+  /// (MXNet semantics: earlier reads may still be running). Rethrows the
+  /// variable's error, if any, and clears it from the variable.
+  void wait_for_var(Var var);
+
+  /// Blocks until no op is in flight. Rethrows the first error that no wait
+  /// has rethrown yet and clears every variable's error; further unrethrown
+  /// errors are rethrown by the following calls, one each.
+  void wait_for_all();
+
+  /// Number of writes (including failed and skipped ones) finished on `var`.
+  [[nodiscard]] std::uint64_t var_version(Var var) const;
+
+  /// Ops pushed and not yet finished.
+  [[nodiscard]] std::size_t in_flight() const noexcept;
+  /// Errors stored and not yet rethrown by a wait.
+  [[nodiscard]] std::size_t pending_errors() const;
+  [[nodiscard]] const Options& options() const noexcept;
+  [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
+
+  /// True while the calling thread runs an op body (of any engine).
+  [[nodiscard]] static bool inside_op() noexcept;
+
+ private:
+  void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_delete(detail::OpGuard& op, Context ctx, Var var);
+  detail::OperatorRecord* alloc_operator();
+  void free_operator(detail::OperatorRecord* rec) noexcept;
+  static detail::OpFn& operator_fn(detail::OperatorRecord* rec) noexcept;
+  Operator init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+
+  std::unique_ptr<detail::EngineCore> core_;
+};
+
+}  // namespace ordo

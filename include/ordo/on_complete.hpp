@@ -1,0 +1,44 @@
+// ordo/on_complete.hpp - the completion callback handed to async ops.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+
+namespace ordo {
+
+namespace detail {
+struct OpRecord;
+}
+
+/// Completes an async op. Call it exactly once, from any thread, when the
+/// op's work is finished: `done()` for success, `done(std::current_exception())`
+/// (or any exception_ptr) for failure. The op's variables are released and its
+/// dependants dispatched by that call.
+///
+/// Copies are cheap (two words) and all refer to the same op; the first call
+/// wins and any later call throws ordo::Error{Errc::double_completion}. The
+/// check uses a generation number, so a stale copy kept past completion is
+/// detected, never undefined behaviour.
+///
+/// @par Thread safety
+/// Any thread may call it, concurrently with anything else the engine does.
+/// The call does bookkeeping only: dependants it makes ready go to the
+/// engine's workers, they never run on the calling thread unless it is
+/// itself a worker of the engine.
+class OnComplete {
+ public:
+  OnComplete() = default;
+  void operator()() const { finish(nullptr); }
+  void operator()(std::exception_ptr error) const { finish(std::move(error)); }
+
+ private:
+  friend struct detail::OpRecord;
+  friend class OnCompleteAccess;
+  OnComplete(detail::OpRecord* op, std::uint64_t gen) noexcept : op_(op), gen_(gen) {}
+  void finish(std::exception_ptr error) const;
+
+  detail::OpRecord* op_ = nullptr;
+  std::uint64_t gen_ = 0;
+};
+
+}  // namespace ordo

@@ -1,0 +1,57 @@
+// ordo/options.hpp - how an engine is configured.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace ordo {
+
+/// Which running policy an engine uses. Dependency tracking is the same for all.
+enum class EngineKind {
+  naive,       ///< every op runs inline on the thread that made it ready, in push order: debugging
+  pooled,      ///< one shared CPU pool for all compute + one I/O pool for copies
+  per_device,  ///< default: CPU pool, CPU-priority pool, per-GPU compute and copy workers
+};
+
+[[nodiscard]] std::string_view to_string(EngineKind k) noexcept;
+
+/// An error that no wait ever rethrew, reported when the engine is destroyed
+/// (or an async op that never completed before shutdown_timeout).
+struct ErrorReport {
+  std::string op_name{};   ///< name of the op that failed ("" if unnamed)
+  std::string message{};   ///< what() of the exception, or a description
+};
+
+/// Engine configuration. Every field has a sensible default; `Options{}` gives
+/// the per-device engine with one CPU worker per core.
+struct Options {
+  EngineKind kind = EngineKind::per_device;
+  unsigned cpu_workers = 0;            ///< 0: one per hardware thread
+  unsigned cpu_priority_workers = 1;   ///< per_device: workers of the priority pool
+  unsigned io_workers = 1;             ///< pooled: workers of the I/O (copy) pool
+  unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device
+  unsigned gpu_copy_workers = 1;       ///< per_device: workers per copy direction per GPU device
+  /// Backpressure: when > 0, a thread that pushes while this many ops are in
+  /// flight blocks until the count falls to half of it. Pushes from inside an
+  /// op are never blocked (that could deadlock); they are counted.
+  std::size_t max_in_flight = 0;
+  /// How long the destructor waits for async ops whose completion never comes
+  /// before it reports them and abandons them (zero: wait forever).
+  std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(60)};
+  /// Called (from the destroying thread) for every error that no wait
+  /// rethrew. Default: print one line per error to stderr.
+  std::function<void(const ErrorReport&)> on_unobserved_error{};
+
+  /// Returns `base` with any of these environment variables applied:
+  /// ORDO_ENGINE (naive|pooled|per_device), ORDO_CPU_WORKERS,
+  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT.
+  /// A malformed value throws ordo::Error{Errc::invalid_argument} naming it.
+  /// The library never reads the environment anywhere else.
+  [[nodiscard]] static Options from_env(Options base);
+  [[nodiscard]] static Options from_env();
+};
+
+}  // namespace ordo

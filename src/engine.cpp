@@ -1,0 +1,157 @@
+// src/engine.cpp - ordo::Engine, a thin handle over detail::EngineCore.
+#include "ordo/engine.hpp"
+
+#include <mutex>
+#include <vector>
+
+#include "engine_core.hpp"
+
+namespace ordo {
+
+namespace {
+/// Cores of engines that were destroyed with async ops that never completed.
+/// Kept alive (and reachable) so that a late completion stays harmless.
+void abandon(detail::EngineCore* core) {
+  static std::mutex* mutex = new std::mutex;
+  static auto* cores = new std::vector<detail::EngineCore*>;
+  std::lock_guard lock(*mutex);
+  cores->push_back(core);
+}
+}  // namespace
+
+Engine::Engine(Options options) : core_(std::make_unique<detail::EngineCore>(std::move(options))) {}
+
+Engine::~Engine() {
+  if (core_ && !core_->shutdown()) abandon(core_.release());
+}
+
+Var Engine::new_variable() { return core_->new_variable(); }
+
+void Engine::delete_variable(Var var) {
+  delete_variable([] {}, Context::cpu(), var);
+}
+
+void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  if (attrs.prop == FnProperty::delete_var) {
+    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+  }
+  constexpr std::size_t kLocal = 16;
+  detail::AccessSpec local[kLocal];
+  std::vector<detail::AccessSpec> heap;
+  detail::AccessSpec* specs = local;
+  const std::size_t cap = reads.size() + writes.size();
+  if (cap > kLocal) {
+    heap.resize(cap);
+    specs = heap.data();
+  }
+  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn;
+  core_->submit(op, ctx, specs, n, attrs);
+  guard.release();
+}
+
+void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
+  detail::AccessSpec spec{core_->checked_record(var), detail::VarRecord::gen_of(var), true};
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn;
+  core_->submit(op, ctx, &spec, 1, OpAttrs{.prop = FnProperty::delete_var, .name = "delete_variable"});
+  guard.release();
+}
+
+detail::OperatorRecord* Engine::alloc_operator() { return core_->alloc_operator(); }
+
+void Engine::free_operator(detail::OperatorRecord* rec) noexcept { core_->free_operator(rec); }
+
+detail::OpFn& Engine::operator_fn(detail::OperatorRecord* rec) noexcept { return rec->fn; }
+
+Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  try {
+    if (attrs.prop == FnProperty::delete_var) {
+      throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+    }
+    rec->access.resize(reads.size() + writes.size());
+    rec->access.resize(detail::EngineCore::normalize(reads, writes, rec->access.data(), core_.get()));
+    rec->name = attrs.name != nullptr ? attrs.name : "";
+    rec->attrs = attrs;
+    rec->attrs.name = attrs.name != nullptr ? rec->name.c_str() : nullptr;
+  } catch (...) {
+    core_->free_operator(rec);
+    throw;
+  }
+  rec->refs.store(1, std::memory_order_release);
+  return Operator{rec, rec->gen.load(std::memory_order_acquire)};
+}
+
+void Engine::push(Operator handle, Context ctx) {
+  push(handle, ctx, handle.rec_ != nullptr ? handle.rec_->attrs.priority : 0);
+}
+
+void Engine::push(Operator handle, Context ctx, int priority) {
+  detail::OperatorRecord* rec = handle.rec_;
+  if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
+  if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
+  // Take a reference only while the record is live (never resurrect a freed one).
+  std::int64_t refs = rec->refs.load(std::memory_order_relaxed);
+  do {
+    if (refs == 0) throw Error(Errc::deleted_operator, "push of a deleted operator");
+  } while (!rec->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  if (rec->gen.load(std::memory_order_acquire) != handle.gen_) {
+    core_->release_operator(rec);
+    throw Error(Errc::deleted_operator, "push of a deleted operator");
+  }
+  detail::OpRecord* op = detail::op_alloc();
+  op->kind = detail::OpKind::oper;
+  op->oper = rec;
+  OpAttrs attrs = rec->attrs;
+  attrs.priority = priority;
+  try {
+    core_->submit(op, ctx, rec->access.data(), rec->access.size(), attrs);
+  } catch (...) {
+    op->oper = nullptr;
+    detail::op_free(op);
+    core_->release_operator(rec);
+    throw;
+  }
+}
+
+void Engine::delete_operator(Operator handle) {
+  detail::OperatorRecord* rec = handle.rec_;
+  if (rec == nullptr || rec->engine != core_.get()) {
+    throw Error(Errc::deleted_operator, "delete_operator: empty handle or operator of another engine");
+  }
+  std::uint64_t gen = handle.gen_;
+  // release pairs with the acquire load in push(): later pushes see the new gen.
+  if (!rec->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) {
+    throw Error(Errc::deleted_operator, "delete_operator: the operator was already deleted");
+  }
+  core_->release_operator(rec);
+}
+
+void Engine::wait_for_var(Var var) { core_->wait_for_var(var); }
+void Engine::wait_for_all() { core_->wait_for_all(); }
+std::uint64_t Engine::var_version(Var var) const { return core_->var_version(var); }
+std::size_t Engine::in_flight() const noexcept { return core_->in_flight(); }
+std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
+const Options& Engine::options() const noexcept { return core_->options(); }
+bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
+
+}  // namespace ordo
+
+namespace ordo {
+
+void OnComplete::finish(std::exception_ptr error) const {
+  detail::OpRecord* op = op_;
+  if (op == nullptr) throw Error(Errc::invalid_argument, "an empty OnComplete was called");
+  std::uint64_t gen = gen_;
+  // Claim the completion: exactly one call wins. Records are never freed, so
+  // reading `gen` of a recycled record is safe and simply fails the claim.
+  if (!op->gen.compare_exchange_strong(gen, gen_ + 1, std::memory_order_acq_rel)) {
+    throw Error(Errc::double_completion, "OnComplete called more than once for the same async op");
+  }
+  detail::EngineCore* core = op->engine;
+  detail::ErrorRecord* own = error ? core->make_error(std::move(error), op->name) : nullptr;
+  core->complete(op, own);
+}
+
+}  // namespace ordo

@@ -1,0 +1,693 @@
+// src/engine_core.cpp - dependency tracking, dispatch and completion.
+#include "engine_core.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+namespace ordo::detail {
+
+namespace {
+
+constexpr std::size_t kVarChunk = 1024;
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::string op_label(const char* name) {
+  return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
+}
+
+/// State of a thread blocked in wait_for_var. The signal is given under the
+/// mutex so the waiter cannot return (and destroy this) before it is done.
+struct VarWaiter {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  ErrorRecord* error = nullptr;  ///< owned ref to the variable's error, if any
+
+  void signal() {
+    std::lock_guard lock(mutex);
+    done = true;
+    cv.notify_one();
+  }
+  void wait() {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [this] { return done; });
+  }
+};
+
+void cleanup_op(OpRecord* op) noexcept {
+  op->fn.reset();
+  if (op->oper != nullptr) op->oper->engine->release_operator(op->oper);
+  op_free(op);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Construction and shutdown
+
+EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
+  if (opts_.cpu_workers == 0) opts_.cpu_workers = std::max(1U, std::thread::hardware_concurrency());
+  if (opts_.kind == EngineKind::per_device && (opts_.gpu_compute_workers == 0 || opts_.gpu_copy_workers == 0)) {
+    throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
+  }
+  low_water_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
+  switch (opts_.kind) {
+    case EngineKind::naive:
+      break;
+    case EngineKind::pooled:
+      cpu_ = std::make_unique<WorkerPool>(*this, "cpu", opts_.cpu_workers, WorkerPool::Order::fifo);
+      if (opts_.io_workers > 0) {
+        io_ = std::make_unique<WorkerPool>(*this, "io", opts_.io_workers, WorkerPool::Order::fifo);
+      }
+      break;
+    case EngineKind::per_device:
+      cpu_ = std::make_unique<WorkerPool>(*this, "cpu", opts_.cpu_workers, WorkerPool::Order::fifo);
+      if (opts_.cpu_priority_workers > 0) {
+        cpu_priority_ = std::make_unique<WorkerPool>(*this, "cpu_priority", opts_.cpu_priority_workers,
+                                                     WorkerPool::Order::priority);
+      }
+      break;
+  }
+}
+
+EngineCore::~EngineCore() {
+  for (auto& chunk : var_chunks_) {
+    for (std::size_t i = 0; i < kVarChunk; ++i) release(chunk[i].error);
+  }
+  for (ErrorRecord* e : errors_) release(e);
+  for (auto& rec : oper_storage_) rec.fn.reset();
+}
+
+bool EngineCore::all_idle() const noexcept {
+  auto idle = [](const std::unique_ptr<WorkerPool>& p) { return !p || p->idle(); };
+  if (!idle(cpu_) || !idle(cpu_priority_) || !idle(io_)) return false;
+  for (const auto& d : devices_) {
+    const DevicePools* pools = d.load(std::memory_order_acquire);
+    if (pools != nullptr && (!pools->compute->idle() || !pools->copy_in->idle() || !pools->copy_out->idle())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool EngineCore::shutdown() noexcept {
+  using clock = std::chrono::steady_clock;
+  bool abandoned = false;
+  std::int64_t stuck = 0;
+  {
+    std::unique_lock lock(idle_mutex_);
+    idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    std::int64_t last = in_flight_.load(std::memory_order_seq_cst);
+    auto quiet_since = clock::now();
+    while (in_flight_.load(std::memory_order_seq_cst) != 0) {
+      idle_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      const std::int64_t now_in_flight = in_flight_.load(std::memory_order_seq_cst);
+      // Progress is possible while any worker runs or has queued work; only
+      // when all are idle can the remaining ops be waiting on completions
+      // that never come.
+      if (now_in_flight != last || !all_idle()) {
+        last = now_in_flight;
+        quiet_since = clock::now();
+        continue;
+      }
+      if (opts_.shutdown_timeout.count() > 0 && clock::now() - quiet_since >= opts_.shutdown_timeout) {
+        abandoned = true;
+        stuck = now_in_flight;
+        break;
+      }
+    }
+    idle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  std::vector<ErrorReport> reports;
+  {
+    std::lock_guard lock(error_mutex_);
+    for (ErrorRecord* e : errors_) {
+      if (!e->observed.load(std::memory_order_acquire)) reports.push_back({e->op_name, describe(e->exception)});
+    }
+  }
+  if (abandoned) {
+    reports.push_back({"", "engine destroyed with " + std::to_string(stuck) +
+                               " op(s) still waiting for async completions after shutdown_timeout; abandoned"});
+  }
+  for (const auto& r : reports) {
+    try {
+      if (opts_.on_unobserved_error) {
+        opts_.on_unobserved_error(r);
+      } else {
+        std::fprintf(stderr, "ordo: unobserved error from %s: %s\n",
+                     r.op_name.empty() ? "an unnamed op" : ("op '" + r.op_name + "'").c_str(), r.message.c_str());
+      }
+    } catch (...) {
+      // The destructor never throws; a failing reporter has nowhere to go.
+    }
+  }
+
+  if (cpu_) cpu_->stop_and_join();
+  if (cpu_priority_) cpu_priority_->stop_and_join();
+  if (io_) io_->stop_and_join();
+  {
+    std::lock_guard lock(device_mutex_);
+    for (auto& d : device_storage_) {
+      d->compute->stop_and_join();
+      d->copy_in->stop_and_join();
+      d->copy_out->stop_and_join();
+    }
+  }
+  return !abandoned;
+}
+
+// ---------------------------------------------------------------------------
+// Variables
+
+Var EngineCore::new_variable() {
+  std::lock_guard lock(var_mutex_);
+  VarRecord* v = var_free_;
+  if (v != nullptr) {
+    var_free_ = v->free_next;
+    v->free_next = nullptr;
+  } else {
+    if (var_chunks_.empty() || var_chunk_used_ == kVarChunk) {
+      var_chunks_.push_back(std::make_unique<VarRecord[]>(kVarChunk));
+      var_chunk_used_ = 0;
+    }
+    v = &var_chunks_.back()[var_chunk_used_];
+    v->engine = this;
+    v->id = static_cast<std::uint32_t>((var_chunks_.size() - 1) * kVarChunk + var_chunk_used_);
+    ++var_chunk_used_;
+  }
+  return VarRecord::handle(v);
+}
+
+VarRecord* EngineCore::checked_record(const Var& var) const {
+  if (var.empty()) throw Error(Errc::empty_var, "an empty (default-constructed) Var was used");
+  VarRecord* v = VarRecord::of(var);
+  if (v->engine != this) throw Error(Errc::foreign_var, "var " + std::to_string(var.id()) + " belongs to another engine");
+  return v;
+}
+
+std::uint64_t EngineCore::var_version(Var var) {
+  VarRecord* v = checked_record(var);
+  std::lock_guard lock(v->lock);
+  if (v->gen != VarRecord::gen_of(var)) {
+    throw Error(Errc::deleted_var, "var_version: var " + std::to_string(var.id()) + " was deleted");
+  }
+  return v->version;
+}
+
+void EngineCore::recycle_var(VarRecord* v) noexcept {
+  {
+    std::lock_guard lock(v->lock);
+    release(v->error);
+    v->error = nullptr;
+    v->version = 0;
+    v->deleted = false;
+  }
+  std::lock_guard lock(var_mutex_);
+  v->free_next = var_free_;
+  var_free_ = v;
+}
+
+// ---------------------------------------------------------------------------
+// Pushing
+
+std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
+  std::size_t n = 0;
+  auto add = [&](const Var& var, bool write) {
+    VarRecord* v = owner->checked_record(var);
+    out[n++] = AccessSpec{v, VarRecord::gen_of(var), write};
+  };
+  for (const Var& v : writes) add(v, true);
+  for (const Var& v : reads) add(v, false);
+  auto less = [](const AccessSpec& a, const AccessSpec& b) { return std::less<>{}(a.var, b.var); };
+  if (n <= 16) {
+    for (std::size_t i = 1; i < n; ++i) {
+      AccessSpec x = out[i];
+      std::size_t j = i;
+      for (; j > 0 && less(x, out[j - 1]); --j) out[j] = out[j - 1];
+      out[j] = x;
+    }
+  } else {
+    std::sort(out, out + n, less);
+  }
+  // Merge duplicates: a variable read and written counts as written.
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (m > 0 && out[m - 1].var == out[i].var) {
+      if (out[m - 1].gen != out[i].gen) {
+        throw Error(Errc::deleted_var, "var " + std::to_string(out[i].var->id) + " was deleted (stale handle)");
+      }
+      out[m - 1].write = out[m - 1].write || out[i].write;
+    } else {
+      out[m++] = out[i];
+    }
+  }
+  return m;
+}
+
+void EngineCore::inherit(OpRecord* op, ErrorRecord* e) const noexcept {
+  ErrorRecord* expected = nullptr;
+  retain(e);
+  // acq_rel: the dispatcher (acquire on `wait`) then also sees the record.
+  if (!op->error.compare_exchange_strong(expected, e, std::memory_order_acq_rel)) release(e);
+}
+
+void EngineCore::throttle() {
+  if (opts_.max_in_flight == 0) return;
+  const ThreadState& ts = t_state;
+  // Never block a thread the engine needs to make progress.
+  if (ts.running != nullptr || ts.engine == this) return;
+  if (in_flight_.load(std::memory_order_relaxed) < static_cast<std::int64_t>(opts_.max_in_flight)) return;
+  std::unique_lock lock(idle_mutex_);
+  throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  while (in_flight_.load(std::memory_order_seq_cst) > low_water_) idle_cv_.wait(lock);
+  throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs) {
+  if (ctx.device_id < 0 || (ctx.is_gpu() && ctx.device_id >= kMaxDevices)) {
+    throw Error(Errc::invalid_argument,
+                "push of " + op_label(attrs.name) + ": bad device id " + std::to_string(ctx.device_id));
+  }
+  if (n > 0xFFFF) throw Error(Errc::invalid_argument, "push of " + op_label(attrs.name) + ": too many variables");
+  const bool is_delete = attrs.prop == FnProperty::delete_var;
+
+  op->engine = this;
+  op->ctx = ctx;
+  op->prop = attrs.prop;
+  op->priority = attrs.priority;
+  op->name = attrs.name;
+  op->always_run = attrs.always_run;
+  op->n_access = static_cast<std::uint16_t>(n);
+  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = new AccessNode[n];
+  op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
+
+  if (op->kind != OpKind::wait_var) throttle();
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+
+  // Lock every variable in address order (the global lock order), so the
+  // whole push is one atomic step with respect to every other push.
+  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.lock();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (specs[i].var->gen != specs[i].gen) {
+      const std::uint32_t id = specs[i].var->id;
+      for (std::size_t j = 0; j < n; ++j) specs[j].var->lock.unlock();
+      op_finished();
+      throw Error(Errc::deleted_var,
+                  "push of " + op_label(attrs.name) + ": var " + std::to_string(id) + " was deleted");
+    }
+  }
+  std::int32_t granted = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    AccessNode* a = &op->access[i];
+    a->op = op;
+    a->next = nullptr;
+    a->var = v;
+    a->write = specs[i].write;
+    if (is_delete) {
+      ++v->gen;  // every handle to v is stale from now on
+      v->deleted = true;
+    }
+    bool grant = false;
+    if (v->head == nullptr && !v->write_running) {
+      if (!a->write) {
+        ++v->running_reads;
+        grant = true;
+      } else if (v->running_reads == 0) {
+        v->write_running = true;
+        grant = true;
+      }
+    }
+    if (grant) {
+      if (live(v->error)) inherit(op, v->error);
+      ++granted;
+    } else if (v->tail != nullptr) {
+      v->tail->next = a;
+      v->tail = a;
+    } else {
+      v->head = v->tail = a;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
+
+  // All granted here: nobody else can have touched `wait`.
+  if (granted == static_cast<std::int32_t>(n) ||
+      op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
+    dispatch(op, /*from_push=*/true);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Operators
+
+OperatorRecord* EngineCore::alloc_operator() {
+  std::lock_guard lock(oper_mutex_);
+  OperatorRecord* rec = oper_free_;
+  if (rec != nullptr) {
+    oper_free_ = rec->free_next;
+    rec->free_next = nullptr;
+  } else {
+    rec = &oper_storage_.emplace_back();
+    rec->engine = this;
+  }
+  return rec;
+}
+
+void EngineCore::free_operator(OperatorRecord* rec) noexcept {
+  rec->fn.reset();
+  rec->access.clear();
+  rec->name.clear();
+  std::lock_guard lock(oper_mutex_);
+  rec->free_next = oper_free_;
+  oper_free_ = rec;
+}
+
+void EngineCore::release_operator(OperatorRecord* rec) noexcept {
+  if (rec->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free_operator(rec);
+}
+
+// ---------------------------------------------------------------------------
+// Dispatch and execution
+
+DevicePools& EngineCore::device(int id) {
+  DevicePools* d = devices_[id].load(std::memory_order_acquire);
+  if (d != nullptr) return *d;
+  std::lock_guard lock(device_mutex_);
+  d = devices_[id].load(std::memory_order_relaxed);
+  if (d == nullptr) {
+    auto pools = std::make_unique<DevicePools>();
+    const std::string prefix = "gpu" + std::to_string(id);
+    pools->compute = std::make_unique<WorkerPool>(*this, prefix + ".compute", opts_.gpu_compute_workers,
+                                                  WorkerPool::Order::fifo);
+    pools->copy_in = std::make_unique<WorkerPool>(*this, prefix + ".copy_in", opts_.gpu_copy_workers,
+                                                  WorkerPool::Order::fifo);
+    pools->copy_out = std::make_unique<WorkerPool>(*this, prefix + ".copy_out", opts_.gpu_copy_workers,
+                                                   WorkerPool::Order::fifo);
+    d = pools.get();
+    device_storage_.push_back(std::move(pools));
+    devices_[id].store(d, std::memory_order_release);
+  }
+  return *d;
+}
+
+WorkerPool* EngineCore::route(const OpRecord* op) {
+  const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
+  if (opts_.kind == EngineKind::pooled) return (copy && io_) ? io_.get() : cpu_.get();
+  if (op->ctx.is_gpu()) {
+    DevicePools& d = device(op->ctx.device_id);
+    if (op->prop == FnProperty::copy_to_device) return d.copy_in.get();
+    if (op->prop == FnProperty::copy_from_device) return d.copy_out.get();
+    return d.compute.get();
+  }
+  if (op->prop == FnProperty::cpu_prioritized && cpu_priority_) return cpu_priority_.get();
+  return cpu_.get();
+}
+
+void EngineCore::run_inline(OpRecord* op) {
+  ThreadState& ts = t_state;
+  op->next = nullptr;
+  if (ts.depth > 0) {
+    // Already draining on this thread: run it after the current op (a
+    // trampoline, so cascades of inline ops never deepen the stack).
+    if (ts.inline_tail != nullptr) {
+      ts.inline_tail->next = op;
+    } else {
+      ts.inline_head = op;
+    }
+    ts.inline_tail = op;
+    return;
+  }
+  ts.depth = 1;
+  op->engine->execute(op);
+  while (ts.inline_head != nullptr) {
+    OpRecord* next = ts.inline_head;
+    ts.inline_head = next->next;
+    if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
+    next->engine->execute(next);
+  }
+  ts.depth = 0;
+}
+
+void EngineCore::dispatch(OpRecord* op, bool from_push) {
+  const ThreadState& ts = t_state;
+  const bool skip = op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run;
+  if (opts_.kind == EngineKind::naive || op->kind == OpKind::wait_var || skip) {
+    run_inline(op);  // naive policy, or bookkeeping only
+    return;
+  }
+  if (op->prop == FnProperty::async && (from_push || ts.engine == this)) {
+    run_inline(op);  // a cheap launcher: no queue hop (never on a foreign completing thread)
+    return;
+  }
+  WorkerPool* pool = route(op);
+  if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr) {
+    run_inline(op);  // continuation: the next op of a chain stays on this worker
+    return;
+  }
+  pool->enqueue(op);
+}
+
+void EngineCore::execute(OpRecord* op) {
+  ThreadState& ts = t_state;
+  if (op->kind == OpKind::wait_var) {
+    auto* waiter = static_cast<VarWaiter*>(op->aux);
+    VarRecord* v = op->access[0].var;
+    {
+      std::lock_guard lock(v->lock);
+      if (live(v->error)) {
+        waiter->error = v->error;  // the variable's reference moves to the waiter: cleared
+        v->error = nullptr;
+      }
+    }
+    complete(op, nullptr);
+    waiter->signal();
+    return;
+  }
+  if (op->error.load(std::memory_order_acquire) != nullptr && !op->always_run) {
+    complete(op, nullptr);  // skipped: passes the inherited error on
+    return;
+  }
+  const RunContext rc{op->ctx, nullptr, ts.engine == this ? ts.index : -1};
+  OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
+  const char* name = op->name;
+  OpRecord* outer = ts.running;
+  ts.running = op;
+  if (!fn.is_async()) {
+    ErrorRecord* own = nullptr;
+    try {
+      fn.invoke_sync(rc);
+    } catch (...) {
+      own = make_error(std::current_exception(), name);
+    }
+    ts.running = outer;
+    complete(op, own);
+    return;
+  }
+  std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
+  op->body.store(1, std::memory_order_relaxed);
+  std::exception_ptr thrown;
+  try {
+    fn.invoke_async(rc, op->completion());
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+  ts.running = outer;
+  // acq_rel pairs with the CAS in complete(): exactly one side frees the record.
+  const std::uint8_t state = op->body.exchange(0, std::memory_order_acq_rel);
+  if (thrown) {
+    if (state != 2 && op->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) {
+      complete(op, make_error(thrown, name));
+    } else {
+      report_late_error(thrown, name);  // it threw after completing: still reported
+    }
+  }
+  if (state == 2) cleanup_op(op);
+}
+
+ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {
+  auto* rec = new ErrorRecord;
+  rec->exception = std::move(e);
+  rec->op_name = op_name != nullptr ? op_name : "";
+  rec->epoch = error_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
+  rec->refs.store(2, std::memory_order_relaxed);  // the engine's list + the caller
+  std::lock_guard lock(error_mutex_);
+  errors_.push_back(rec);
+  return rec;
+}
+
+void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
+  release(make_error(std::move(e), op_name));
+}
+
+void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
+  auto grant = [&](AccessNode* a) {
+    v->head = a->next;
+    if (v->head == nullptr) v->tail = nullptr;
+    OpRecord* op = a->op;
+    if (live(v->error)) inherit(op, v->error);
+    // acq_rel: the thread that reaches zero sees every other grant's writes.
+    if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(op);
+  };
+  if (v->write_running || v->head == nullptr) return;
+  if (v->head->write) {
+    if (v->running_reads == 0) {
+      v->write_running = true;
+      grant(v->head);
+    }
+    return;
+  }
+  while (v->head != nullptr && !v->head->write) {
+    ++v->running_reads;
+    grant(v->head);
+  }
+}
+
+void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
+  ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
+  ErrorRecord* outcome = own_error;
+  if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
+
+  ReadyList ready;
+  VarRecord* deleted = nullptr;
+  for (std::uint16_t i = 0; i < op->n_access; ++i) {
+    const AccessNode& a = op->access[i];
+    VarRecord* v = a.var;
+    v->lock.lock();
+    if (a.write) {
+      v->write_running = false;
+      ++v->version;
+      // A variable's error is the error of its last write (none on success).
+      if (v->error != outcome) {
+        release(v->error);
+        v->error = retain(outcome);
+      }
+    } else {
+      --v->running_reads;
+    }
+    if (v->deleted && op->prop == FnProperty::delete_var) {
+      deleted = v;  // no access can follow a delete: the queue is empty
+    } else {
+      grant_waiting(v, ready);
+    }
+    v->lock.unlock();
+  }
+  if (deleted != nullptr) recycle_var(deleted);
+
+  release(own_error);
+  release(op->error.exchange(nullptr, std::memory_order_relaxed));
+  std::uint8_t running = 1;
+  if (op->body.load(std::memory_order_relaxed) == 1 &&
+      op->body.compare_exchange_strong(running, 2, std::memory_order_acq_rel)) {
+    // The async body is still on its executor's stack: it frees the record.
+  } else {
+    cleanup_op(op);
+  }
+
+  for (OpRecord* r = ready.head; r != nullptr;) {
+    OpRecord* next = r->next;
+    dispatch(r, /*from_push=*/false);
+    r = next;
+  }
+  op_finished();
+}
+
+void EngineCore::op_finished() noexcept {
+  auto must_notify = [this](std::int64_t after) {
+    return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
+           (after <= low_water_ && throttle_waiters_.load(std::memory_order_seq_cst) > 0);
+  };
+  if (t_state.engine == this) {
+    // A worker: joined before the engine is freed, so it may touch the engine
+    // after the decrement.
+    const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
+    if (must_notify(after)) {
+      std::lock_guard lock(idle_mutex_);
+      idle_cv_.notify_all();
+    }
+    return;
+  }
+  // A foreign thread (async completion, inline run on a pusher): once the
+  // count can reach zero the engine may be destroyed, so decrement under the
+  // mutex the destructor waits on; the unlock is the last touch.
+  std::lock_guard lock(idle_mutex_);
+  const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  if (must_notify(after)) idle_cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// Waiting
+
+void EngineCore::wait_for_var(Var var) {
+  const ThreadState& ts = t_state;
+  if (ts.running != nullptr && ts.running->engine == this) {
+    throw Error(Errc::wait_inside_op, "wait_for_var called from inside " + op_label(ts.running->name) +
+                                          " of the same engine: it would wait for itself; push a dependent op "
+                                          "(or co_await engine.wait_for(var) in a coroutine) instead");
+  }
+  AccessSpec spec{checked_record(var), VarRecord::gen_of(var), false};
+  VarWaiter waiter;
+  OpRecord* op = op_alloc();
+  OpGuard guard(op);
+  op->kind = OpKind::wait_var;
+  op->aux = &waiter;
+  submit(op, Context::cpu(), &spec, 1, OpAttrs{.name = "wait_for_var"});
+  guard.release();
+  waiter.wait();
+  if (waiter.error != nullptr) {
+    waiter.error->observed.store(true, std::memory_order_release);
+    std::exception_ptr e = waiter.error->exception;
+    release(waiter.error);
+    std::rethrow_exception(e);
+  }
+}
+
+void EngineCore::wait_for_all() {
+  const ThreadState& ts = t_state;
+  if (ts.running != nullptr && ts.running->engine == this) {
+    throw Error(Errc::wait_inside_op, "wait_for_all called from inside " + op_label(ts.running->name) +
+                                          " of the same engine: it would wait for itself");
+  }
+  {
+    std::unique_lock lock(idle_mutex_);
+    idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    while (in_flight_.load(std::memory_order_seq_cst) != 0) idle_cv_.wait(lock);
+    idle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  std::exception_ptr first;
+  {
+    std::lock_guard lock(error_mutex_);
+    while (!errors_.empty()) {
+      ErrorRecord* e = errors_.front();
+      errors_.pop_front();
+      const bool seen = e->observed.exchange(true, std::memory_order_acq_rel);
+      if (!seen) first = e->exception;
+      release(e);
+      if (first) break;
+    }
+    // From here on no variable carries an error raised before this call.
+    cleared_epoch_.store(error_epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+std::size_t EngineCore::pending_errors() {
+  std::lock_guard lock(error_mutex_);
+  return static_cast<std::size_t>(std::count_if(errors_.begin(), errors_.end(), [](const ErrorRecord* e) {
+    return !e->observed.load(std::memory_order_acquire);
+  }));
+}
+
+}  // namespace ordo::detail

@@ -1,0 +1,140 @@
+// src/engine_core.hpp - the engine behind ordo::Engine. Internal.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ordo/engine.hpp"
+#include "records.hpp"
+#include "worker_pool.hpp"
+
+namespace ordo::detail {
+
+inline constexpr int kMaxDevices = 64;
+
+/// Worker pools of one GPU device (per_device engine), created on first use.
+struct DevicePools {
+  std::unique_ptr<WorkerPool> compute;
+  std::unique_ptr<WorkerPool> copy_in;
+  std::unique_ptr<WorkerPool> copy_out;
+};
+
+/// Ops made ready by one completion, kept in the order they were granted.
+struct ReadyList {
+  OpRecord* head = nullptr;
+  OpRecord* tail = nullptr;
+  void push(OpRecord* op) noexcept {
+    op->next = nullptr;
+    if (tail != nullptr) {
+      tail->next = op;
+    } else {
+      head = op;
+    }
+    tail = op;
+  }
+};
+
+class EngineCore {
+ public:
+  explicit EngineCore(Options options);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  /// Drains, joins the workers and reports unobserved errors. Returns false
+  /// if async ops were abandoned (the core must then be kept alive).
+  bool shutdown() noexcept;
+
+  // Variables.
+  Var new_variable();
+  std::uint64_t var_version(Var var);
+  VarRecord* checked_record(const Var& var) const;
+
+  // Pushing.
+  void submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs);
+  static std::size_t normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
+
+  // Operators.
+  OperatorRecord* alloc_operator();
+  void free_operator(OperatorRecord* rec) noexcept;
+  void release_operator(OperatorRecord* rec) noexcept;
+
+  // Running and completing.
+  void dispatch(OpRecord* op, bool from_push);
+  void execute(OpRecord* op);
+  void complete(OpRecord* op, ErrorRecord* own_error) noexcept;
+  ErrorRecord* make_error(std::exception_ptr e, const char* op_name);
+  void report_late_error(std::exception_ptr e, const char* op_name);
+
+  // Waiting.
+  void wait_for_var(Var var);
+  void wait_for_all();
+  [[nodiscard]] std::size_t in_flight() const noexcept {
+    return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
+  }
+  std::size_t pending_errors();
+
+  const Options& options() const noexcept { return opts_; }
+
+ private:
+  WorkerPool* route(const OpRecord* op);
+  DevicePools& device(int id);
+  void run_inline(OpRecord* op);
+  void op_finished() noexcept;
+  bool live(const ErrorRecord* e) const noexcept {
+    return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
+  }
+  void inherit(OpRecord* op, ErrorRecord* e) const noexcept;
+  void grant_waiting(VarRecord* v, ReadyList& ready);
+  bool all_idle() const noexcept;
+  void throttle();
+  void recycle_var(VarRecord* v) noexcept;
+
+  Options opts_;
+  std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
+
+  // Pools (immutable after construction, except lazily created device pools).
+  std::unique_ptr<WorkerPool> cpu_;
+  std::unique_ptr<WorkerPool> cpu_priority_;  ///< per_device only
+  std::unique_ptr<WorkerPool> io_;            ///< pooled only
+  std::mutex device_mutex_;
+  /// Device pools, published with release after construction under device_mutex_.
+  std::array<std::atomic<DevicePools*>, kMaxDevices> devices_{};
+  std::vector<std::unique_ptr<DevicePools>> device_storage_;  ///< guarded by device_mutex_
+
+  // Variables.
+  std::mutex var_mutex_;
+  std::vector<std::unique_ptr<VarRecord[]>> var_chunks_;  ///< guarded by var_mutex_
+  std::size_t var_chunk_used_ = 0;                         ///< guarded by var_mutex_
+  VarRecord* var_free_ = nullptr;                          ///< guarded by var_mutex_
+
+  // Operators.
+  std::mutex oper_mutex_;
+  std::deque<OperatorRecord> oper_storage_;  ///< guarded by oper_mutex_ (stable addresses)
+  OperatorRecord* oper_free_ = nullptr;      ///< guarded by oper_mutex_
+
+  // In-flight accounting. in_flight_ is incremented by submit before the op
+  // can run, decremented by op_finished as the op's last touch of the engine.
+  // seq_cst between the decrement and the waiter-count loads (Dekker with the
+  // waiters, who increment their count and then load in_flight_).
+  std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<int> idle_waiters_{0};
+  std::atomic<int> throttle_waiters_{0};
+  std::mutex idle_mutex_;
+  std::condition_variable idle_cv_;
+
+  // Errors.
+  std::atomic<std::uint64_t> error_epoch_{0};    ///< last epoch handed to an ErrorRecord
+  std::atomic<std::uint64_t> cleared_epoch_{0};  ///< errors with epoch <= this are dead (wait_for_all)
+  std::mutex error_mutex_;
+  std::deque<ErrorRecord*> errors_;  ///< original errors, oldest first (owned refs; guarded)
+};
+
+}  // namespace ordo::detail

@@ -1,0 +1,64 @@
+// src/options.cpp - Options::from_env, the one place that reads the environment.
+#include <charconv>
+#include <cstdlib>
+#include <string>
+
+#include "ordo/error.hpp"
+#include "ordo/options.hpp"
+
+namespace ordo {
+
+std::string_view to_string(EngineKind k) noexcept {
+  switch (k) {
+    case EngineKind::naive:
+      return "naive";
+    case EngineKind::pooled:
+      return "pooled";
+    case EngineKind::per_device:
+      return "per_device";
+  }
+  return "unknown";
+}
+
+namespace {
+
+template <class T>
+void read_number(const char* name, T& out) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return;
+  const std::string_view text(value);
+  T parsed{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (ec != std::errc{} || end != text.data() + text.size()) {
+    throw Error(Errc::invalid_argument,
+                std::string(name) + "='" + value + "' is not a non-negative integer");
+  }
+  out = parsed;
+}
+
+}  // namespace
+
+Options Options::from_env() { return from_env(Options{}); }
+
+Options Options::from_env(Options base) {
+  if (const char* kind = std::getenv("ORDO_ENGINE"); kind != nullptr) {
+    const std::string_view k(kind);
+    if (k == "naive") {
+      base.kind = EngineKind::naive;
+    } else if (k == "pooled") {
+      base.kind = EngineKind::pooled;
+    } else if (k == "per_device" || k == "per-device") {
+      base.kind = EngineKind::per_device;
+    } else {
+      throw Error(Errc::invalid_argument,
+                  "ORDO_ENGINE='" + std::string(k) + "' is not one of naive, pooled, per_device");
+    }
+  }
+  read_number("ORDO_CPU_WORKERS", base.cpu_workers);
+  read_number("ORDO_CPU_PRIORITY_WORKERS", base.cpu_priority_workers);
+  read_number("ORDO_IO_WORKERS", base.io_workers);
+  read_number("ORDO_MAX_IN_FLIGHT", base.max_in_flight);
+  return base;
+}
+
+}  // namespace ordo

@@ -1,0 +1,92 @@
+// src/records.hpp - variable, error and operator records. Internal.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "ordo/context.hpp"
+#include "ordo/detail/op_record.hpp"
+#include "ordo/var.hpp"
+#include "spin_lock.hpp"
+
+namespace ordo::detail {
+
+/// A stored op failure, shared by the op that failed and every variable it
+/// reached. Reference counted (atomic); immutable after creation except the
+/// `observed` flag.
+struct ErrorRecord {
+  std::exception_ptr exception;
+  std::string op_name;
+  std::uint64_t epoch = 0;  ///< creation order; errors with epoch <= the engine's cleared epoch are dead
+  std::atomic<int> refs{1};
+  /// Set (once, to true) by the wait that rethrew it; read by wait_for_all and
+  /// at shutdown to skip errors already delivered.
+  std::atomic<bool> observed{false};
+};
+
+inline ErrorRecord* retain(ErrorRecord* e) noexcept {
+  if (e != nullptr) e->refs.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+inline void release(ErrorRecord* e) noexcept {
+  // acq_rel: the last releaser sees every write made through other references.
+  if (e != nullptr && e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+}
+
+/// A normalised access used to build op access lists: sorted by `var`
+/// address (the global lock order), duplicates merged, read+write = write.
+struct AccessSpec {
+  VarRecord* var;
+  std::uint32_t gen;
+  bool write;
+};
+
+/// One engine variable: its dependency queue (the ThreadedVar of MXNet).
+///
+/// Invariants (all fields below `lock` are guarded by it):
+///  - `write_running` and `running_reads > 0` are never both true;
+///  - if `head` is not null, then `write_running` or `head->write`:
+///    a read waits only behind a write;
+///  - accesses are granted strictly in queue order.
+struct VarRecord {
+  SpinLock lock;
+  std::uint32_t gen = 0;         ///< bumped by delete_variable; a Var handle must match it
+  bool deleted = false;          ///< delete_variable was called; recycled when its op completes
+  bool write_running = false;    ///< a granted write has not completed yet
+  std::int32_t running_reads = 0;///< granted reads not completed yet
+  AccessNode* head = nullptr;    ///< first waiting access
+  AccessNode* tail = nullptr;    ///< last waiting access
+  std::uint64_t version = 0;     ///< completed writes, failed and skipped ones included
+  ErrorRecord* error = nullptr;  ///< error of the last write (owned ref), may be dead (epoch)
+
+  // Immutable while the record is in use.
+  class EngineCore* engine = nullptr;
+  std::uint32_t id = 0;
+  VarRecord* free_next = nullptr;  ///< engine's free list (guarded by the engine's var mutex)
+
+  // Var's private members, reached through the friend declaration in Var.
+  static VarRecord* of(const Var& v) noexcept { return v.rec_; }
+  static std::uint32_t gen_of(const Var& v) noexcept { return v.gen_; }
+  static Var handle(VarRecord* r) noexcept { return Var{r, r->gen, r->id}; }
+};
+
+/// A pre-built operator.
+struct OperatorRecord {
+  /// Bumped by delete_operator; an Operator handle must match it. acquire
+  /// loads in push pair with the release store in delete_operator.
+  std::atomic<std::uint64_t> gen{0};
+  /// 1 for the live handle + 1 per push not yet completed. Incremented only
+  /// while non-zero (push), so a freed record is never resurrected.
+  std::atomic<std::int64_t> refs{0};
+  OpFn fn;
+  std::vector<AccessSpec> access;
+  OpAttrs attrs;
+  std::string name;
+  class EngineCore* engine = nullptr;
+  OperatorRecord* free_next = nullptr;
+};
+
+}  // namespace ordo::detail

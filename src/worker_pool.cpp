@@ -1,0 +1,129 @@
+// src/worker_pool.cpp
+#include "worker_pool.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine_core.hpp"
+
+namespace ordo::detail {
+
+thread_local ThreadState t_state;
+
+namespace {
+// Spin briefly before sleeping: long enough to catch the next op of a busy
+// pusher, short enough not to steal a core from it on an oversubscribed machine.
+constexpr int kSpinRounds = 256;
+}  // namespace
+
+WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
+    : core_(core), name_(std::move(name)), order_(order) {
+  threads_.reserve(threads);
+  for (unsigned i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, i] { worker_main(static_cast<int>(i)); });
+  }
+}
+
+WorkerPool::~WorkerPool() { stop_and_join(); }
+
+bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
+  // Heap order: "a below b" when a has lower priority, or equal priority and
+  // was queued later (so equal priorities pop in FIFO order).
+  if (a->priority != b->priority) return a->priority < b->priority;
+  return a->seq > b->seq;
+}
+
+void WorkerPool::enqueue(OpRecord* op) {
+  lock_.lock();
+  if (order_ == Order::fifo) {
+    op->next = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next = op;
+    } else {
+      head_ = op;
+    }
+    tail_ = op;
+  } else {
+    op->seq = seq_++;
+    heap_.push_back(op);
+    std::push_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
+  }
+  size_.fetch_add(1, std::memory_order_relaxed);
+  lock_.unlock();
+  // seq_cst: pairs with the worker's seq_cst increment of sleepers_ before its
+  // last try_pop(). Either the worker's try_pop sees this op, or this load
+  // sees the worker counted as a sleeper and wakes it.
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    epoch_.notify_one();
+  }
+}
+
+OpRecord* WorkerPool::try_pop() {
+  lock_.lock();
+  OpRecord* op = nullptr;
+  if (order_ == Order::fifo) {
+    op = head_;
+    if (op != nullptr) {
+      head_ = op->next;
+      if (head_ == nullptr) tail_ = nullptr;
+    }
+  } else if (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
+    op = heap_.back();
+    heap_.pop_back();
+  }
+  if (op != nullptr) size_.fetch_sub(1, std::memory_order_relaxed);
+  lock_.unlock();
+  return op;
+}
+
+void WorkerPool::worker_main(int index) {
+  ThreadState& ts = t_state;
+  ts.engine = &core_;
+  ts.pool = this;
+  ts.index = index;
+  ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
+  for (;;) {
+    OpRecord* op = nullptr;
+    if (ts.inline_head != nullptr) {
+      op = ts.inline_head;
+      ts.inline_head = op->next;
+      if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
+    } else {
+      op = try_pop();
+      for (int i = 0; op == nullptr && i < kSpinRounds; ++i) {
+        cpu_relax();
+        if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+      }
+      if (op == nullptr) {
+        const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        op = try_pop();
+        if (op == nullptr) {
+          if (stop_.load(std::memory_order_acquire)) {
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            break;
+          }
+          epoch_.wait(epoch, std::memory_order_seq_cst);
+        }
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        if (op == nullptr) continue;
+      }
+    }
+    core_.execute(op);
+  }
+  ts = ThreadState{};
+}
+
+void WorkerPool::stop_and_join() {
+  if (!stop_.exchange(true, std::memory_order_acq_rel)) {
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    epoch_.notify_all();
+  }
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+}  // namespace ordo::detail

@@ -1,0 +1,79 @@
+// src/worker_pool.hpp - a set of worker threads sharing one ready queue.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ordo/detail/op_record.hpp"
+#include "spin_lock.hpp"
+
+namespace ordo::detail {
+
+class EngineCore;
+class WorkerPool;
+
+/// What the current thread is to the engine. One per thread.
+struct ThreadState {
+  EngineCore* engine = nullptr;  ///< engine this thread is a worker of (null: foreign thread)
+  WorkerPool* pool = nullptr;    ///< its pool
+  int index = -1;                ///< its index in the pool
+  OpRecord* running = nullptr;   ///< op whose body is on this thread's stack
+  int depth = 0;                 ///< >0 while the thread drains inline work
+  OpRecord* inline_head = nullptr;  ///< ops to run inline once the current one is done
+  OpRecord* inline_tail = nullptr;
+};
+extern thread_local ThreadState t_state;
+
+/// Worker threads with one shared ready queue, FIFO or by priority.
+///
+/// @par Thread safety
+/// enqueue() from any thread. The queue is guarded by `lock_`; sleeping uses
+/// `epoch_` (futex wait) with the `sleepers_` count checked by enqueuers.
+class WorkerPool {
+ public:
+  enum class Order { fifo, priority };
+
+  WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void enqueue(OpRecord* op);
+  /// Called once the engine is drained: workers exit when the queue is empty.
+  void stop_and_join();
+  [[nodiscard]] bool is_priority() const noexcept { return order_ == Order::priority; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// No queued op and every worker asleep (a hint: may change right after).
+  [[nodiscard]] bool idle() const noexcept {
+    return size_.load(std::memory_order_acquire) == 0 &&
+           sleepers_.load(std::memory_order_acquire) == static_cast<int>(threads_.size());
+  }
+  [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(threads_.size()); }
+
+ private:
+  void worker_main(int index);
+  OpRecord* try_pop();
+  static bool before(const OpRecord* a, const OpRecord* b) noexcept;
+
+  EngineCore& core_;
+  std::string name_;
+  Order order_;
+
+  SpinLock lock_;
+  OpRecord* head_ = nullptr;       ///< fifo queue (guarded by lock_)
+  OpRecord* tail_ = nullptr;
+  std::vector<OpRecord*> heap_;    ///< priority queue (guarded by lock_)
+  std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
+  /// Ops queued; written under lock_, read without it as a hint by spinning workers.
+  std::atomic<std::int64_t> size_{0};
+  /// Workers about to sleep or asleep. seq_cst with the enqueuer's load: see enqueue().
+  std::atomic<int> sleepers_{0};
+  std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake sleepers (futex word)
+  std::atomic<bool> stop_{false};        ///< set once by stop_and_join()
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ordo::detail
