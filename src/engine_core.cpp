@@ -416,18 +416,10 @@ WorkerPool* EngineCore::route(const OpRecord* op) {
   return cpu_.get();
 }
 
-void EngineCore::run_inline(OpRecord* op) {
+void EngineCore::run_now(OpRecord* op) {
   ThreadState& ts = t_state;
-  op->next = nullptr;
   if (ts.depth > 0) {
-    // Already draining on this thread: run it after the current op (a
-    // trampoline, so cascades of inline ops never deepen the stack).
-    if (ts.inline_tail != nullptr) {
-      ts.inline_tail->next = op;
-    } else {
-      ts.inline_head = op;
-    }
-    ts.inline_tail = op;
+    op->engine->execute(op);  // nested in a running op (a push from its body): the outer loop drains
     return;
   }
   ts.depth = 1;
@@ -441,8 +433,30 @@ void EngineCore::run_inline(OpRecord* op) {
   ts.depth = 0;
 }
 
+void EngineCore::run_later(OpRecord* op) {
+  ThreadState& ts = t_state;
+  if (ts.depth == 0) {
+    run_now(op);
+    return;
+  }
+  // Already running ops on this thread: run it after the current one (a
+  // trampoline, so completion cascades never deepen the stack).
+  op->next = nullptr;
+  if (ts.inline_tail != nullptr) {
+    ts.inline_tail->next = op;
+  } else {
+    ts.inline_head = op;
+  }
+  ts.inline_tail = op;
+}
+
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
   const ThreadState& ts = t_state;
+  // Inline work made ready by a push runs at once, like a call (MXNet runs
+  // async ops in the pushing thread); made ready by a completion, it is
+  // trampolined. A waiter's wake-up is bookkeeping and never deferred: the
+  // waiting thread may be the one that would run the deferred list.
+  auto run_inline = [&](OpRecord* o) { (from_push || o->kind == OpKind::wait_var) ? run_now(o) : run_later(o); };
   const bool skip = op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run;
   if (opts_.kind == EngineKind::naive || op->kind == OpKind::wait_var || skip) {
     run_inline(op);  // naive policy, or bookkeeping only
@@ -453,8 +467,11 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     return;
   }
   WorkerPool* pool = route(op);
-  if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr) {
-    run_inline(op);  // continuation: the next op of a chain stays on this worker
+  if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr &&
+      pool->queued() == 0) {
+    // Continuation: the next op of a chain stays on this worker, unless that
+    // would overtake ops already waiting in the queue.
+    run_later(op);
     return;
   }
   pool->enqueue(op);

@@ -86,7 +86,8 @@ class EngineCore {
  private:
   WorkerPool* route(const OpRecord* op);
   DevicePools& device(int id);
-  void run_inline(OpRecord* op);
+  void run_now(OpRecord* op);
+  void run_later(OpRecord* op);
   void op_finished() noexcept;
   bool live(const ErrorRecord* e) const noexcept {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);

@@ -1,0 +1,464 @@
+// bench/workloads/main.cpp - ordo_workloads: the dependency-engine workload driver.
+//
+// Replays the W1..W6 traces (see workload.hpp) on the serial loop and on
+// several ordo configurations, verifies every result against the serial one,
+// and prints one line per figure:
+//
+//   RESULT engine=<name> workload=<id> ops_per_s=<median> ok=<0|1> [key=value ...]
+//
+// Every (engine, workload) figure is measured in a forked child (trace
+// generation included), so that its peak RSS can be read from wait4(). The
+// parent never creates an engine (and so no thread) before forking.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "report.hpp"
+#include "runner.hpp"
+#include "workload.hpp"
+
+namespace ob = ordo_bench;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage = R"(usage: ordo_workloads [options]
+
+  --workload W1,W2,...   workloads to run (default: all of W1 W2 W2op W3 W4 W5 W6)
+  --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled
+                         ordo-naive); serial always runs, as the reference
+  --runs N               runs per figure; the median, min and max are reported (default 5)
+  --ops N                ops per workload (default 1000000, at most 20000000)
+  --w6-ops N             ops of W6 (default: --ops / 5)
+  --work-us X            busy work per W6 op in microseconds (default 10)
+  --quick                CI-size smoke run: --ops 50000 --runs 1 unless given
+  --write-docs PATH      also write the Markdown report to PATH
+  --no-fork              measure in-process (no per-figure peak RSS; for profilers)
+  --timeout S            give up on a figure after S seconds (default 300)
+  --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
+                         (default 0: unbounded, as in Options{})
+  --help                 this text
+
+Output: one RESULT line per figure on stdout; progress on stderr when it is a terminal.
+Exit status: 0 every figure verified (ok=1), 3 some did not, 2 bad usage, 1 other errors.
+)";
+
+struct Config {
+  std::vector<std::string> workloads;
+  std::vector<std::string> engines;
+  std::optional<int> runs;
+  std::optional<std::size_t> ops;
+  std::optional<std::size_t> w6_ops;
+  double work_us = 10;
+  bool quick = false;
+  std::optional<std::string> docs_path;
+  bool fork = true;
+  double timeout_s = 300;
+  std::size_t max_in_flight = 0;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "ordo_workloads: %s\n\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    const std::string_view item = s.substr(0, comma);
+    if (!item.empty()) out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+template <class T>
+T parse_number(const std::string& flag, const std::string& value, bool zero_ok = false) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used != value.size() || x < 0 || (x == 0 && !zero_ok)) throw std::invalid_argument(value);
+    return static_cast<T>(x);
+  } catch (const std::exception&) {
+    usage_error(flag + " needs a " + (zero_ok ? "non-negative" : "positive") + " number, not '" + value + "'");
+  }
+}
+
+Config parse_args(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::optional<std::string> inline_value;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = flag.substr(eq + 1);
+      flag.resize(eq);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) usage_error(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (flag == "--workload" || flag == "--workloads") {
+      c.workloads = split_list(value());
+      for (const auto& w : c.workloads) {
+        if (!ob::is_workload_id(w)) usage_error("unknown workload '" + w + "'");
+      }
+    } else if (flag == "--engines" || flag == "--engine") {
+      c.engines = split_list(value());
+      for (const auto& e : c.engines) {
+        if (ob::find_engine(e) == nullptr) usage_error("unknown engine '" + e + "'");
+      }
+    } else if (flag == "--runs") {
+      c.runs = parse_number<int>(flag, value());
+    } else if (flag == "--ops") {
+      c.ops = parse_number<std::size_t>(flag, value());
+    } else if (flag == "--w6-ops") {
+      c.w6_ops = parse_number<std::size_t>(flag, value());
+    } else if (flag == "--work-us") {
+      c.work_us = parse_number<double>(flag, value());
+    } else if (flag == "--quick") {
+      c.quick = true;
+    } else if (flag == "--write-docs") {
+      c.docs_path = value();
+    } else if (flag == "--no-fork") {
+      c.fork = false;
+    } else if (flag == "--timeout") {
+      c.timeout_s = parse_number<double>(flag, value());
+    } else if (flag == "--max-in-flight") {
+      c.max_in_flight = parse_number<std::size_t>(flag, value(), /*zero_ok=*/true);
+    } else {
+      usage_error("unknown option '" + flag + "'");
+    }
+  }
+  if (c.workloads.empty()) c.workloads.assign(std::begin(ob::kWorkloadIds), std::end(ob::kWorkloadIds));
+  if (c.engines.empty()) {
+    for (const auto& e : ob::all_engines()) c.engines.push_back(e.name);
+  }
+  // Keep a typo from exhausting the (shared) machine: a trace costs about
+  // 17 bytes per op and the engines several hundred bytes per op in flight.
+  constexpr std::size_t kMaxOps = 20'000'000;
+  if ((c.ops && *c.ops > kMaxOps) || (c.w6_ops && *c.w6_ops > kMaxOps)) {
+    usage_error("at most " + std::to_string(kMaxOps) + " ops per workload");
+  }
+  if (c.runs && *c.runs > 1000) usage_error("at most 1000 runs");
+  if (!c.runs) c.runs = c.quick ? 1 : 5;
+  if (!c.ops) c.ops = c.quick ? 50'000 : 1'000'000;
+  if (!c.w6_ops) c.w6_ops = std::max<std::size_t>(1, *c.ops / 5);
+  return c;
+}
+
+// ---------------------------------------------------------------- progress
+
+/// One overwritten status line on stderr, only when stderr is a terminal.
+/// A forked child inherits it and updates the same line.
+class Progress {
+ public:
+  Progress() : enabled_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
+  void set_total(int total) { total_ = total; }
+  void next_figure() { ++index_; }
+  void show(const std::string& what) const {
+    if (!enabled_) return;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::fprintf(stderr, "\r\033[K[%d/%d, %.1f s] %s", index_, total_, elapsed, what.c_str());
+    std::fflush(stderr);
+  }
+  void clear() const {
+    if (!enabled_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+  }
+  [[nodiscard]] double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  bool enabled_;
+  Clock::time_point start_;
+  int index_ = 0;
+  int total_ = 0;
+};
+
+// ---------------------------------------------------------------- one figure
+
+struct Job {
+  ob::EngineSpec engine;
+  std::string workload;
+  std::size_t ops;
+  std::uint32_t spin_iters;
+  int runs;
+  std::optional<std::uint64_t> reference;
+};
+
+/// Measures `job` in this process, on `trace` if given, else on a trace
+/// generated here (so that a forked child's peak RSS includes it).
+ob::Measurement measure_here(const Job& job, const Progress& progress, const ob::Trace* trace = nullptr) {
+  const std::string label = job.workload + " " + job.engine.name;
+  try {
+    std::optional<ob::Trace> own;
+    if (trace == nullptr) trace = &own.emplace(ob::make_trace(job.workload, job.ops, job.spin_iters));
+    return ob::measure(job.engine, *trace, job.runs, job.reference, [&](int run, int runs) {
+      progress.show(label + ": run " + std::to_string(run) + "/" + std::to_string(runs));
+    });
+  } catch (const std::exception& e) {
+    ob::Measurement m;
+    m.error = std::string("exception:") + e.what();
+    return m;
+  }
+}
+
+std::string no_spaces(std::string s) {
+  for (char& ch : s) {
+    if (ch == ' ' || ch == '\n' || ch == '\t') ch = '_';
+  }
+  return s.empty() ? "-" : s;
+}
+
+/// The child's answer to the parent: one line of key=value fields.
+std::string serialize(const ob::Measurement& m) {
+  std::ostringstream out;
+  out.precision(17);
+  out << "ops=" << m.ops << " digest=" << m.digest << " ok=" << m.ok << " workers=" << m.workers
+      << " newvar=" << m.new_variable_ns << " error=" << no_spaces(m.error) << " secs=";
+  for (std::size_t i = 0; i < m.seconds.size(); ++i) out << (i ? "," : "") << m.seconds[i];
+  out << "\n";
+  return out.str();
+}
+
+bool deserialize(const std::string& line, ob::Measurement& m) try {
+  std::istringstream in(line);
+  bool complete = false;
+  for (std::string field; in >> field;) {
+    const auto eq = field.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string key = field.substr(0, eq);
+    const std::string value = field.substr(eq + 1);
+    if (key == "ops") m.ops = std::stoull(value);
+    if (key == "digest") m.digest = std::stoull(value);
+    if (key == "ok") m.ok = value == "1";
+    if (key == "workers") m.workers = static_cast<unsigned>(std::stoul(value));
+    if (key == "newvar") m.new_variable_ns = std::stod(value);
+    if (key == "error") m.error = value == "-" ? "" : value;
+    if (key == "secs") {
+      for (const auto& s : split_list(value)) m.seconds.push_back(std::stod(s));
+      complete = true;
+    }
+  }
+  return complete;
+} catch (const std::exception&) {  // a garbled answer (std::stoull and friends)
+  return false;
+}
+
+/// Measures `job` in a forked child; its peak RSS comes from wait4().
+ob::Figure measure_in_child(const Job& job, const Progress& progress, double timeout_s) {
+  ob::Figure fig{job.engine.name, job.workload, {}, std::nullopt};
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    fig.m.error = "pipe_failed";
+    return fig;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    fig.m.error = "fork_failed";
+    return fig;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string answer = serialize(measure_here(job, progress));
+    std::size_t done = 0;
+    while (done < answer.size()) {
+      const ssize_t n = write(fds[1], answer.data() + done, answer.size() - done);
+      if (n <= 0 && errno != EINTR) break;
+      if (n > 0) done += static_cast<std::size_t>(n);
+    }
+    _exit(0);  // no static destructors, no flushing of the parent's buffers
+  }
+  close(fds[1]);
+
+  std::string answer;
+  bool timed_out = false;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the child is done (or died)
+    answer.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+
+  int status = 0;
+  rusage usage{};
+  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
+  }
+  fig.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+
+  if (timed_out) {
+    fig.m = {};
+    char what[64];
+    std::snprintf(what, sizeof what, "timeout_after_%gs", timeout_s);
+    fig.m.error = what;
+  } else if (WIFSIGNALED(status)) {
+    fig.m = {};
+    fig.m.error = "child_killed_by_signal_" + std::to_string(WTERMSIG(status));
+  } else if (!deserialize(answer, fig.m)) {
+    fig.m = {};
+    fig.m.error = "child_exit_" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "_no_answer";
+  }
+  if (!fig.m.error.empty()) fig.m.ok = false;
+  return fig;
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i > 0) s += ' ';
+    s += arg.find_first_of(" \t\"'") == std::string::npos ? arg : "'" + arg + "'";
+  }
+  return s;
+}
+
+std::string local_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M %Z", &tm);
+  return buf;
+}
+
+/// Measures one (engine, workload) figure: in a forked child, or in-process
+/// on `shared` (the workload's trace) with --no-fork.
+ob::Figure run_figure(const Job& job, const Config& cfg, const Progress& progress, const ob::Trace* shared) {
+  if (cfg.fork) return measure_in_child(job, progress, cfg.timeout_s);
+  return ob::Figure{job.engine.name, job.workload, measure_here(job, progress, shared), std::nullopt};
+}
+
+int run(int argc, char** argv) {
+  const Config cfg = parse_args(argc, argv);
+  Progress progress;
+
+  ob::RunInfo info;
+  info.command = command_line(argc, argv);
+  info.started = local_date();
+  info.runs = *cfg.runs;
+  info.ops = *cfg.ops;
+  info.w6_ops = *cfg.w6_ops;
+  info.work_us = cfg.work_us;
+  info.forked = cfg.fork;
+  info.max_in_flight = cfg.max_in_flight;
+  info.load_before = ob::load_average();
+
+  // serial first: it provides the reference digest for the other engines.
+  std::vector<const ob::EngineSpec*> engines{ob::find_engine("serial")};
+  for (const auto& name : cfg.engines) {
+    if (name != "serial") engines.push_back(ob::find_engine(name));
+  }
+  const bool print_serial = std::find(cfg.engines.begin(), cfg.engines.end(), "serial") != cfg.engines.end();
+  progress.set_total(static_cast<int>(cfg.workloads.size() * engines.size()));
+
+  // Calibrated once, here, so that the serial loop and every engine spin alike.
+  const bool has_w6 = std::find(cfg.workloads.begin(), cfg.workloads.end(), "W6") != cfg.workloads.end();
+  if (has_w6) {
+    progress.show("calibrating the W6 busy work");
+    info.spin_iters = ob::calibrate_spin(cfg.work_us);
+  }
+
+  std::vector<ob::Figure> figures;
+  bool all_ok = true;
+  for (const std::string& workload : cfg.workloads) {
+    const std::size_t ops = workload == "W6" ? *cfg.w6_ops : *cfg.ops;
+    std::optional<std::uint64_t> reference;
+    std::optional<std::size_t> serial_index;  // into `figures`
+    // In-process runs share one trace per workload (so that a profile of
+    // serial+engine minus serial alone leaves exactly the engine's replay).
+    std::optional<ob::Trace> shared_trace;
+    if (!cfg.fork) {
+      progress.show(workload + ": generating the trace");
+      shared_trace.emplace(ob::make_trace(workload, ops, info.spin_iters));
+    }
+    for (const ob::EngineSpec* engine : engines) {
+      const bool is_serial = engine->name == "serial";
+      progress.next_figure();
+      progress.show(workload + " " + engine->name + ": starting");
+      Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};
+      if (job.engine.ordo) job.engine.ordo->max_in_flight = cfg.max_in_flight;
+      ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
+      if (is_serial) {
+        if (fig.m.ok) reference = fig.m.digest;
+        serial_index = figures.size();
+      } else if (!reference) {
+        fig.m.ok = false;
+        if (fig.m.error.empty()) fig.m.error = "no_serial_reference";
+      }
+      figures.push_back(std::move(fig));
+      if (!is_serial || print_serial) {
+        const ob::Figure& f = figures.back();
+        all_ok = all_ok && f.m.ok;
+        progress.clear();
+        const ob::Figure* serial = serial_index && !is_serial ? &figures[*serial_index] : nullptr;
+        std::printf("%s\n", ob::result_line(f, serial, info).c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+  progress.clear();
+
+  info.load_after = ob::load_average();
+  info.total_seconds = progress.elapsed_s();
+  if (cfg.docs_path) {
+    try {
+      ob::write_docs(*cfg.docs_path, figures, info);
+      std::fprintf(stderr, "ordo_workloads: wrote %s\n", cfg.docs_path->c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ordo_workloads: %s\n", e.what());
+      return 1;
+    }
+  }
+  return all_ok ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ordo_workloads: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,347 @@
+// bench/workloads/report.cpp - RESULT lines and the Markdown report.
+#include "report.hpp"
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+
+namespace ordo_bench {
+
+namespace {
+
+constexpr std::string_view kNotesMarker = "<!-- notes: everything below this line is kept by --write-docs -->";
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
+}
+
+const Figure* find_figure(const std::vector<Figure>& figures, std::string_view engine, std::string_view workload) {
+  for (const Figure& f : figures) {
+    if (f.engine == engine && f.workload == workload) return &f;
+  }
+  return nullptr;
+}
+
+std::optional<double> ratio_to_serial(const Figure& f, const Figure* serial) {
+  if (serial == nullptr || serial == &f || serial->m.seconds.empty() || f.m.seconds.empty()) return std::nullopt;
+  const double base = ops_per_second(serial->m).median;
+  if (base <= 0) return std::nullopt;
+  return ops_per_second(f.m).median / base;
+}
+
+std::string first_line_of(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return "?";
+  return line;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string mem_total() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("MemTotal:", 0) == 0) {
+      std::istringstream fields(line.substr(9));
+      double kib = 0;
+      fields >> kib;
+      return fmt("%.1f GiB", kib / (1024.0 * 1024.0));
+    }
+  }
+  return "unknown";
+}
+
+std::string kernel() {
+  utsname u{};
+  if (uname(&u) != 0) return "unknown";
+  return std::string(u.sysname) + " " + u.release + " " + u.machine;
+}
+
+/// Output of a shell command (first 4 KiB, trailing newline removed), "" on failure.
+std::string shell(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {};
+  char buf[4096];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, pipe);
+  pclose(pipe);
+  std::string out(buf, n);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+/// The git revision of the measured sources, and which engine files differ from it.
+std::string source_revision() {
+#ifdef ORDO_SOURCE_DIR
+  const std::string git = std::string("git -C '") + ORDO_SOURCE_DIR + "' ";
+  const std::string rev = shell(git + "rev-parse --short HEAD 2>/dev/null");
+  if (rev.empty()) return "unknown (not a git checkout)";
+  std::string dirty = shell(git + "status --porcelain --untracked-files=no -- include src CMakeLists.txt 2>/dev/null");
+  if (dirty.empty()) return "git " + rev + " (engine sources clean)";
+  std::string files;
+  std::istringstream lines(dirty);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > 3) files += (files.empty() ? "" : ", ") + line.substr(3);
+  }
+  return "git " + rev + " plus uncommitted changes to " + files;
+#else
+  return "unknown";
+#endif
+}
+
+std::string mops(double ops_per_s) { return fmt("%.2f", ops_per_s / 1e6); }
+
+/// Targets from the issue (M ops/s; W6: speedup over serial).
+struct Target {
+  std::string_view workload;
+  double mxnet;
+  std::string_view peer;
+  double peer_value;
+  double goal;
+};
+constexpr Target kTargets[] = {
+    {"W1", 0.75, "libgomp", 12.1, 15},
+    {"W2", 1.0, "TBB/Taskflow, pre-built graph", 19.3, 20},
+    {"W2op", 1.0, "TBB/Taskflow, pre-built graph", 19.3, 20},
+    {"W3", 0.84, "TBB/Taskflow, pre-built graph", 3.8, 5},
+    {"W4", 0.53, "TBB/Taskflow, pre-built graph", 5.8, 8},
+    {"W5", 0.62, "TBB/Taskflow, pre-built graph", 8.8, 10},
+    {"W6", 1.64, "TBB/Taskflow, pre-built graph", 1.88, 1.9},
+};
+constexpr double kW4RssGoalMib = 64;
+
+void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::vector<std::string>& misses) {
+  out << "## ordo against the targets\n\n"
+         "`ordo` is the default engine (`ordo::Options{}`); \"best variant\" is the fastest of the ordo "
+         "configurations measured here. MXNet and peer figures are the ones quoted in the issue (measured "
+         "elsewhere, on another machine), so compare orders of magnitude, not decimals. W6 is a speedup over "
+         "the serial loop, everything else M ops/s.\n\n"
+         "| workload | MXNet engine | best peer | target | ordo (median) | best variant | target met? |\n"
+         "|---|---:|---|---:|---:|---|:-:|\n";
+  for (const Target& t : kTargets) {
+    const Figure* serial = find_figure(figures, "serial", t.workload);
+    const Figure* ordo = find_figure(figures, "ordo", t.workload);
+    if (ordo == nullptr) continue;
+    const bool speedup = t.workload == "W6";
+    auto value = [&](const Figure& f) -> std::optional<double> {
+      if (f.m.seconds.empty() || !f.m.ok) return std::nullopt;
+      return speedup ? ratio_to_serial(f, serial) : std::optional(ops_per_second(f.m).median / 1e6);
+    };
+    auto show = [&](std::optional<double> v) {
+      if (!v) return std::string("failed");
+      return speedup ? fmt("%.2fx", *v) : fmt("%.2f", *v);
+    };
+    const Figure* best = nullptr;
+    std::optional<double> best_value;
+    for (const Figure& f : figures) {
+      if (f.workload != t.workload || f.engine.rfind("ordo", 0) != 0) continue;
+      const auto v = value(f);
+      if (v && (!best_value || *v > *best_value)) {
+        best = &f;
+        best_value = v;
+      }
+    }
+    const auto mine = value(*ordo);
+    const bool met = mine && *mine >= t.goal;
+    const std::string goal = speedup ? fmt(">= %.1fx", t.goal) : fmt(">= %.0f", t.goal);
+    out << "| " << t.workload << " | " << (speedup ? fmt("%.2fx", t.mxnet) : fmt("%.2f", t.mxnet)) << " | "
+        << (speedup ? fmt("%.2fx", t.peer_value) : fmt("%.1f", t.peer_value)) << " (" << t.peer << ") | " << goal
+        << " | " << show(mine) << " | "
+        << (best != nullptr ? show(best_value) + " (" + best->engine + ")" : std::string("-")) << " | "
+        << (met ? "yes" : "**no**") << " |\n";
+    if (!met) misses.push_back(std::string(t.workload) + ": " + show(mine) + " vs " + goal);
+  }
+  if (const Figure* w4 = find_figure(figures, "ordo", "W4"); w4 != nullptr && w4->peak_rss_mib) {
+    const bool met = *w4->peak_rss_mib <= kW4RssGoalMib;
+    out << "| W4 peak RSS | - | - | <= 64 MiB | " << fmt("%.1f MiB", *w4->peak_rss_mib) << " | - | "
+        << (met ? "yes" : "**no**") << " |\n";
+    if (!met) misses.push_back("W4 peak RSS: " + fmt("%.1f MiB", *w4->peak_rss_mib) + " vs <= 64 MiB");
+  }
+  out << "\n";
+}
+
+void write_workload_table(std::ostream& out, const std::vector<Figure>& figures, std::string_view workload,
+                          const RunInfo& info) {
+  const Figure* serial = find_figure(figures, "serial", workload);
+  bool any = false;
+  for (const Figure& f : figures) any = any || f.workload == workload;
+  if (!any) return;
+  out << "### " << workload << ": " << describe_workload(workload) << "\n\n";
+  for (const Figure& f : figures) {
+    if (f.workload == workload) {
+      out << f.m.ops << " ops per run";
+      if (workload == "W6") out << fmt(", %.0f us of busy work per op", info.work_us);
+      out << ".\n\n";
+      break;
+    }
+  }
+  out << "| engine | M ops/s (median) | min - max | x serial | peak RSS (MiB) | ok |\n"
+         "|---|---:|---:|---:|---:|:-:|\n";
+  for (const Figure& f : figures) {
+    if (f.workload != workload) continue;
+    out << "| " << f.engine << " | ";
+    if (f.m.seconds.empty()) {
+      out << "- | - | - | ";
+    } else {
+      const Stats s = ops_per_second(f.m);
+      const auto ratio = ratio_to_serial(f, serial);
+      out << mops(s.median) << " | " << mops(s.min) << " - " << mops(s.max) << " | "
+          << (ratio ? fmt("%.2f", *ratio) : std::string(&f == serial ? "1.00" : "-")) << " | ";
+    }
+    out << (f.peak_rss_mib ? fmt("%.1f", *f.peak_rss_mib) : std::string("-")) << " | "
+        << (f.m.ok ? "1" : "**0** (" + f.m.error + ")") << " |\n";
+  }
+  if (workload == "W1") {
+    if (const Figure* f = find_figure(figures, "ordo", "W1"); f != nullptr && f->m.new_variable_ns > 0) {
+      out << "\nVariable creation (not in the timed region): `Engine::new_variable` took "
+          << fmt("%.1f", f->m.new_variable_ns) << " ns per variable for `ordo` ("
+          << fmt("%.2f", f->m.new_variable_ns * static_cast<double>(f->m.ops) / 1e6)
+          << " ms for the W1 variables).\n";
+    }
+  }
+  out << "\n";
+}
+
+std::string kept_notes(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string old = buf.str();
+  const auto at = old.find(kNotesMarker);
+  return at == std::string::npos ? std::string() : old.substr(at);
+}
+
+}  // namespace
+
+Stats ops_per_second(const Measurement& m) {
+  std::vector<double> v;
+  for (const double s : m.seconds) v.push_back(s > 0 ? static_cast<double>(m.ops) / s : 0.0);
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  const std::size_t mid = v.size() / 2;
+  const double median = v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+  return {median, v.front(), v.back()};
+}
+
+std::string result_line(const Figure& f, const Figure* serial, const RunInfo& info) {
+  const Stats s = ops_per_second(f.m);
+  std::ostringstream out;
+  out << "RESULT engine=" << f.engine << " workload=" << f.workload << " ops_per_s=" << fmt("%.0f", s.median)
+      << " ok=" << (f.m.ok ? 1 : 0) << " ops=" << f.m.ops << " median_of=" << f.m.seconds.size()
+      << " min=" << fmt("%.0f", s.min) << " max=" << fmt("%.0f", s.max);
+  if (const auto r = ratio_to_serial(f, serial)) out << " vs_serial=" << fmt("%.3f", *r);
+  if (f.peak_rss_mib) out << " peak_rss_mib=" << fmt("%.1f", *f.peak_rss_mib);
+  if (f.engine != "serial") out << " workers=" << f.m.workers;  // 0: naive, ops run inline
+  if (f.workload == "W1" && f.m.new_variable_ns > 0) out << " new_variable_ns=" << fmt("%.1f", f.m.new_variable_ns);
+  if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
+  if (f.engine != "serial" && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
+  if (!f.m.error.empty()) out << " error=" << f.m.error;
+  return out.str();
+}
+
+std::string load_average() {
+  const std::string line = first_line_of("/proc/loadavg");
+  // "0.52 0.58 0.59 1/123 4567": keep the three averages.
+  std::istringstream in(line);
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return c.empty() ? line : a + " " + b + " " + c;
+}
+
+void write_docs(const std::string& path, const std::vector<Figure>& figures, const RunInfo& info) {
+  const std::string notes = kept_notes(path);
+  std::ostringstream out;
+  out << "# ordo benchmarks: dependency-engine workloads\n\n"
+         "Generated by `ordo_workloads --write-docs` (bench/workloads/). Regenerate with the command below; "
+         "hand-written notes after the notes marker at the end are kept.\n\n";
+
+  out << "## Run\n\n"
+      << "- date: " << info.started << "\n"
+      << "- machine: " << std::thread::hardware_concurrency() << " hardware threads (nproc), CPU: " << cpu_model()
+      << ", memory: " << mem_total() << ", " << kernel() << "\n"
+      << "- compiler: GCC-compatible " << __VERSION__
+#ifdef NDEBUG
+      << ", NDEBUG (Release)"
+#else
+      << ", assertions on (not a Release build: figures are not representative)"
+#endif
+      << "\n"
+      << "- command: `" << info.command << "`\n"
+      << "- sources: " << source_revision() << "\n"
+      << "- " << info.runs << " run(s) per figure; " << info.ops << " ops per workload (W3 and W5 round to whole "
+      << "rounds / a square grid), W6: " << info.w6_ops << " ops x " << fmt("%g", info.work_us)
+      << " us of busy work (" << info.spin_iters << " hash steps, calibrated)\n"
+      << (info.max_in_flight > 0
+              ? "- every ordo engine ran with Options::max_in_flight = " + std::to_string(info.max_in_flight) + "\n"
+              : std::string())
+      << "- load average (1/5/15 min) before: " << info.load_before << ", after: " << info.load_after
+      << "; total wall time " << fmt("%.0f", info.total_seconds) << " s\n\n";
+
+  std::vector<std::string> misses;
+  write_targets(out, figures, misses);
+  if (misses.empty()) {
+    out << "ordo meets every target measured in this run.\n\n";
+  } else {
+    out << "**ordo misses " << misses.size() << " target(s) in this run:**\n\n";
+    for (const std::string& m : misses) out << "- " << m << "\n";
+    out << "\n";
+  }
+
+  out << "## Figures per workload\n\n"
+         "M ops/s is the median over the runs of ops / (time from the first push to `wait_for_all()` "
+         "returning); min - max are the slowest and fastest run. \"x serial\" divides the median by the serial "
+         "loop's. Peak RSS is `ru_maxrss` of the child process that generated the trace and did all the runs "
+         "of that figure (one fresh engine per run); the serial row is the harness's own baseline (trace + "
+         "slots), so an engine's memory is its row minus the serial row. ok = 1: the final slots of every "
+         "run matched the serial loop's (64-bit digest of all slots).\n\n"
+         "Engines: ";
+  bool first = true;
+  for (const EngineSpec& e : all_engines()) {
+    out << (first ? "" : "; ") << "`" << e.name << "`: " << e.description;
+    first = false;
+  }
+  out << ".\n\n";
+  for (const std::string_view w : kWorkloadIds) write_workload_table(out, figures, w, info);
+
+  out << "## Method\n\n"
+         "- Every op body applies `h = mix(op index, slots of its reads)`, then `slot = mix(slot, h)` for each "
+         "variable it writes (`mix`: splitmix64 finaliser of `a * golden + b`, not commutative). The serial "
+         "engine runs the same body over the same trace in a plain loop; any reordering of conflicting ops, "
+         "a lost op or a doubled op changes the digest of the final slots (reported as ok=0).\n"
+         "- Traces are generated before timing (vectors of variable indices; W4/W6 from splitmix64 with a "
+         "fixed seed); variables are created before timing too (for W1 their creation is timed separately "
+         "and shown under the W1 table). Ad-hoc workloads push `push_sync` lambdas of 24 bytes (stored "
+         "inline, no allocation); W2op pushes one pre-built `Operator`.\n"
+         "- Each (engine, workload) figure runs in its own forked child, so peak RSS is per figure; the "
+         "parent only forks, collects and prints.\n"
+         "- `bench/callgrind_per_op.sh` counts instructions per op under callgrind.\n\n";
+
+  std::ofstream file(path, std::ios::trunc);
+  if (!file) throw std::runtime_error("cannot write " + path);
+  file << out.str();
+  if (notes.empty()) {
+    file << kNotesMarker << "\n";
+  } else {
+    file << notes;
+  }
+  if (!file) throw std::runtime_error("error writing " + path);
+}
+
+}  // namespace ordo_bench

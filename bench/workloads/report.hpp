@@ -1,0 +1,54 @@
+// bench/workloads/report.hpp - RESULT lines and the Markdown report.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runner.hpp"
+
+namespace ordo_bench {
+
+/// One (engine, workload) figure: a RESULT line and a table row.
+struct Figure {
+  std::string engine;
+  std::string workload;
+  Measurement m;
+  std::optional<double> peak_rss_mib;  ///< absent when measured in-process (--no-fork)
+};
+
+/// ops/s over the runs of a figure.
+struct Stats {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+};
+[[nodiscard]] Stats ops_per_second(const Measurement& m);
+
+/// How the whole benchmark was run (for the report's header).
+struct RunInfo {
+  std::string command;
+  std::string started;          ///< local date and time
+  int runs = 0;
+  std::size_t ops = 0;
+  std::size_t w6_ops = 0;
+  double work_us = 0;
+  std::uint32_t spin_iters = 0;
+  bool forked = true;
+  std::size_t max_in_flight = 0;  ///< Options::max_in_flight given to every ordo engine
+  std::string load_before;      ///< /proc/loadavg when the benchmark started
+  std::string load_after;
+  double total_seconds = 0;
+};
+
+/// The RESULT line of `f`; `serial` is the serial figure of the same workload, if any.
+[[nodiscard]] std::string result_line(const Figure& f, const Figure* serial, const RunInfo& info);
+
+/// The first line of /proc/loadavg (three load averages), or "?".
+[[nodiscard]] std::string load_average();
+
+/// Writes the Markdown report. Everything from the notes marker on in an
+/// existing file at `path` (hand-written analysis) is kept.
+void write_docs(const std::string& path, const std::vector<Figure>& figures, const RunInfo& info);
+
+}  // namespace ordo_bench

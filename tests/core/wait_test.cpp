@@ -1,0 +1,263 @@
+// wait_for_var / wait_for_all semantics, versions, variable and operator
+// deletion, backpressure, shutdown drain.
+#include <atomic>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "test_util.hpp"
+
+namespace ordo::test {
+namespace {
+
+Options two_workers() { return Options{.kind = EngineKind::per_device, .cpu_workers = 2}; }
+
+TEST(Wait, WaitForVarWaitsForEarlierWritesOnly) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  Gate read_gate;
+  Counter read_started;
+  int value = 0;
+  engine.push_sync([&] { value = 1; }, Context::cpu(), {}, {v});
+  // A read that blocks: wait_for_var must NOT wait for it (MXNet semantics).
+  engine.push_sync([&] { read_started.arrive(); ASSERT_TRUE(read_gate.wait()); }, Context::cpu(), {v}, {});
+  ASSERT_TRUE(read_started.wait_for(1));
+  engine.wait_for_var(v);  // returns although the read is still running
+  EXPECT_EQ(value, 1);
+  read_gate.open();
+  engine.wait_for_all();
+}
+
+TEST(Wait, WaitForVarSeesTheWriteJustPushed) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  Gate gate;
+  int value = 0;
+  engine.push_sync([&] { ASSERT_TRUE(gate.wait()); value = 42; }, Context::cpu(), {}, {v});
+  auto waiter = std::async(std::launch::async, [&] { engine.wait_for_var(v); return value; });
+  gate.open();
+  EXPECT_EQ(waiter.get(), 42);
+}
+
+TEST(Wait, WaitForAllWaitsForOpsPushedByOps) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  std::atomic<int> count{0};
+  std::function<void(int)> spawn = [&](int depth) {
+    count.fetch_add(1);
+    if (depth == 0) return;
+    for (int i = 0; i < 2; ++i) engine.push_sync([&spawn, depth] { spawn(depth - 1); }, Context::cpu(), {}, {});
+  };
+  engine.push_sync([&] { spawn(10); }, Context::cpu(), {}, {v});
+  engine.wait_for_all();
+  EXPECT_EQ(count.load(), 2047);
+  EXPECT_EQ(engine.in_flight(), 0U);
+}
+
+TEST(Wait, VersionCountsWritesNotReads) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  EXPECT_EQ(engine.var_version(v), 0U);
+  for (int i = 0; i < 5; ++i) engine.push_sync([] {}, Context::cpu(), {}, {v});
+  for (int i = 0; i < 7; ++i) engine.push_sync([] {}, Context::cpu(), {v}, {});
+  engine.wait_for_all();
+  EXPECT_EQ(engine.var_version(v), 5U);
+}
+
+TEST(Wait, VersionCountsFailedAndSkippedWrites) {
+  Engine engine(two_workers());
+  Var a = engine.new_variable(), b = engine.new_variable();
+  engine.push_sync([] { throw std::runtime_error("x"); }, Context::cpu(), {}, {a});  // failed write of a
+  engine.push_sync([] { ADD_FAILURE() << "skipped op ran"; }, Context::cpu(), {a}, {b});  // skipped write of b
+  engine.push_sync([] { ADD_FAILURE() << "skipped op ran"; }, Context::cpu(), {}, {a});  // skipped write of a
+  EXPECT_THROW(engine.wait_for_all(), std::runtime_error);
+  EXPECT_EQ(engine.var_version(a), 2U);
+  EXPECT_EQ(engine.var_version(b), 1U);
+}
+
+TEST(Deletion, DeleteRunsAfterEveryOpAlreadyPushed) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  std::vector<int> order;
+  std::mutex m;
+  auto add = [&](int x) { std::lock_guard lock(m); order.push_back(x); };
+  Gate gate;
+  engine.push_sync([&] { ASSERT_TRUE(gate.wait()); add(1); }, Context::cpu(), {}, {v});
+  engine.push_sync([&] { add(2); }, Context::cpu(), {v}, {});
+  engine.push_sync([&] { add(3); }, Context::cpu(), {v}, {});
+  engine.delete_variable([&] { add(4); }, Context::cpu(), v);
+  gate.open();
+  engine.wait_for_all();
+  ASSERT_EQ(order.size(), 4U);
+  EXPECT_EQ(order.front(), 1);
+  EXPECT_EQ(order.back(), 4);
+}
+
+TEST(Deletion, UsingADeletedVariableIsAClearError) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  Var w = engine.new_variable();
+  engine.delete_variable(v);
+  auto expect_deleted = [](auto&& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected ordo::Error(deleted_var)";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::deleted_var) << e.what();
+      EXPECT_NE(std::string(e.what()).find("deleted"), std::string::npos) << e.what();
+    }
+  };
+  expect_deleted([&] { engine.push_sync([] {}, Context::cpu(), {v}, {}); });
+  expect_deleted([&] { engine.push_sync([] {}, Context::cpu(), {w}, {v}); });
+  expect_deleted([&] { engine.wait_for_var(v); });
+  expect_deleted([&] { engine.delete_variable(v); });
+  engine.wait_for_all();
+  // The record is recycled: a new variable may reuse it; the old handle stays dead.
+  std::vector<Var> fresh;
+  for (int i = 0; i < 4; ++i) fresh.push_back(engine.new_variable());
+  expect_deleted([&] { (void)engine.var_version(v); });
+  expect_deleted([&] { engine.push_sync([] {}, Context::cpu(), {}, {v}); });
+  // A failed push leaves the engine consistent: w still works.
+  int x = 0;
+  engine.push_sync([&] { x = 1; }, Context::cpu(), {}, {w});
+  engine.wait_for_var(w);
+  EXPECT_EQ(x, 1);
+  engine.wait_for_all();
+  EXPECT_EQ(engine.in_flight(), 0U);
+}
+
+TEST(Deletion, EmptyAndForeignVariablesAreRejected) {
+  Engine engine(two_workers());
+  Engine other(two_workers());
+  Var foreign = other.new_variable();
+  try {
+    engine.push_sync([] {}, Context::cpu(), {}, {Var{}});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::empty_var);
+  }
+  try {
+    engine.push_sync([] {}, Context::cpu(), {foreign}, {});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::foreign_var);
+  }
+  EXPECT_EQ(engine.in_flight(), 0U);
+}
+
+TEST(Operators, DeletionIsDeferredUntilItsPushesFinish) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  Gate gate;
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = token;
+  std::atomic<int> runs{0};
+  Operator op = engine.new_operator(
+      [token, &gate, &runs](RunContext) {
+        EXPECT_TRUE(gate.wait());
+        runs.fetch_add(1);
+      },
+      {}, {v}, {.name = "gated"});
+  token.reset();
+  for (int i = 0; i < 3; ++i) engine.push(op, Context::cpu());
+  engine.delete_operator(op);
+  EXPECT_FALSE(watch.expired()) << "operator freed while pushes were pending";
+  try {
+    engine.push(op, Context::cpu());
+    ADD_FAILURE() << "push of a deleted operator succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::deleted_operator);
+  }
+  EXPECT_THROW(engine.delete_operator(op), Error);
+  gate.open();
+  engine.wait_for_all();
+  EXPECT_EQ(runs.load(), 3);
+  EXPECT_TRUE(watch.expired()) << "operator body not released after its last push";
+}
+
+TEST(Operators, AsyncOperatorAndPriorityOverride) {
+  Engine engine(two_workers());
+  Var v = engine.new_variable();
+  int count = 0;
+  Operator op = engine.new_operator([&](RunContext, OnComplete done) { ++count; done(); }, {}, {v});
+  for (int i = 0; i < 1000; ++i) engine.push(op, Context::cpu(), i % 3);
+  engine.wait_for_var(v);
+  EXPECT_EQ(count, 1000);
+  engine.delete_operator(op);
+  engine.wait_for_all();
+}
+
+TEST(Backpressure, PusherWaitsAndMemoryStaysBounded) {
+  const std::size_t bound = 64;
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = bound});
+  Var v = engine.new_variable();
+  std::uint64_t sum = 0;
+  std::size_t peak = 0;
+  for (int i = 0; i < 20000 / kScale; ++i) {
+    engine.push_sync([&sum, i] { sum += static_cast<std::uint64_t>(i); }, Context::cpu(), {}, {v});
+    peak = std::max(peak, engine.in_flight());
+  }
+  engine.wait_for_all();
+  EXPECT_LE(peak, bound) << "in-flight count exceeded the bound";
+  const std::uint64_t n = 20000 / kScale;
+  EXPECT_EQ(sum, n * (n - 1) / 2);
+}
+
+TEST(Backpressure, OpsPushingOpsAreNeverBlocked) {
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 4});
+  Var v = engine.new_variable();
+  std::atomic<int> children{0};
+  // One op pushes 1000 children on the same variable: they can only run
+  // after it returns, so blocking it at the bound would deadlock.
+  engine.push_sync([&] {
+    for (int i = 0; i < 1000; ++i) engine.push_sync([&] { children.fetch_add(1); }, Context::cpu(), {}, {v});
+  }, Context::cpu(), {}, {v});
+  engine.wait_for_all();
+  EXPECT_EQ(children.load(), 1000);
+}
+
+TEST(Shutdown, DestructorDrainsEveryPushedOp) {
+  for (const auto& cfg : all_engine_configs()) {
+    std::atomic<int> ran{0};
+    {
+      Engine engine(cfg.options);
+      Var v = engine.new_variable();
+      for (int i = 0; i < 1000; ++i) {
+        engine.push_sync([&] {
+          ran.fetch_add(1);
+          if (ran.load() % 100 == 0) engine.push_sync([&] { ran.fetch_add(1); }, Context::cpu(), {}, {});
+        }, Context::cpu(), {}, {v});
+      }
+    }  // no wait: the destructor drains
+    EXPECT_GE(ran.load(), 1000) << cfg.label;
+  }
+}
+
+TEST(Options, FromEnvReadsOnlyNamedVariables) {
+  ::setenv("ORDO_ENGINE", "pooled", 1);
+  ::setenv("ORDO_CPU_WORKERS", "3", 1);
+  Options o = Options::from_env();
+  EXPECT_EQ(o.kind, EngineKind::pooled);
+  EXPECT_EQ(o.cpu_workers, 3U);
+  ::setenv("ORDO_ENGINE", "turbo", 1);
+  EXPECT_THROW((void)Options::from_env(), Error);
+  ::setenv("ORDO_ENGINE", "naive", 1);
+  ::setenv("ORDO_CPU_WORKERS", "two", 1);
+  try {
+    (void)Options::from_env();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ORDO_CPU_WORKERS"), std::string::npos);
+  }
+  ::unsetenv("ORDO_ENGINE");
+  ::unsetenv("ORDO_CPU_WORKERS");
+  // Engine construction itself never reads the environment.
+  ::setenv("ORDO_ENGINE", "naive", 1);
+  Engine engine;
+  EXPECT_EQ(engine.kind(), EngineKind::per_device);
+  ::unsetenv("ORDO_ENGINE");
+}
+
+}  // namespace
+}  // namespace ordo::test
