@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ordo's one entry point for set-up, demo and tests on a Debian 12 machine.
+#
+#   scripts/dev.sh demo                      install what is missing, build, run the demo
+#   scripts/dev.sh test                      install what is missing, build, run every test
+#   scripts/dev.sh test --sanitize thread    the same tests under ThreadSanitizer (build-tsan/)
+#   scripts/dev.sh test --sanitize address   the same tests under ASan+UBSan (build-asan/)
+#   scripts/dev.sh bench [args]              build in Release and run bench/ordo_workloads
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+configure_build() {  # dir, extra cmake args...
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -G Ninja "$@" > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+  cmake --build "$dir" -j "$jobs"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  demo)
+    install_missing
+    configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    ./build/examples/demo
+    ;;
+  test)
+    sanitize=""
+    if [ "${1:-}" = "--sanitize" ]; then sanitize=${2:?--sanitize needs thread or address}; fi
+    install_missing
+    case "$sanitize" in
+      "") dir=build; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+      thread) dir=build-tsan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DORDO_SANITIZE=thread -DORDO_BUILD_BENCH=OFF) ;;
+      address) dir=build-asan; args=(-DCMAKE_BUILD_TYPE=Debug -DORDO_SANITIZE=address -DORDO_BUILD_BENCH=OFF) ;;
+      *) echo "unknown sanitizer '$sanitize' (thread or address)" >&2; exit 2 ;;
+    esac
+    configure_build "$dir" "${args[@]}"
+    run=()
+    if [ "$sanitize" = thread ]; then
+      # gcc 12's TSan cannot map its shadow under high-entropy ASLR
+      # (vm.mmap_rnd_bits > 28 on newer kernels): run with ASLR off.
+      run=(setarch "$(uname -m)" -R)
+      export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+    fi
+    if [ "$sanitize" = address ]; then
+      export ASAN_OPTIONS="detect_leaks=1 abort_on_error=1 ${ASAN_OPTIONS:-}"
+      export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
+    fi
+    "${run[@]}" ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900
+    ;;
+  bench)
+    install_missing
+    configure_build build-release -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_EXAMPLES=OFF
+    ./build-release/bench/ordo_workloads "$@"
+    ;;
+  *)
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
