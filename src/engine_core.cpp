@@ -12,6 +12,7 @@ namespace ordo::detail {
 namespace {
 
 constexpr std::size_t kVarChunk = 1024;
+constexpr std::int64_t kFinishedBatch = 64;
 
 std::string describe(const std::exception_ptr& e) {
   try {
@@ -621,19 +622,19 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   op_finished();
 }
 
+bool EngineCore::must_notify(std::int64_t after) const noexcept {
+  return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
+         (after <= low_water_ && throttle_waiters_.load(std::memory_order_seq_cst) > 0);
+}
+
 void EngineCore::op_finished() noexcept {
-  auto must_notify = [this](std::int64_t after) {
-    return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
-           (after <= low_water_ && throttle_waiters_.load(std::memory_order_seq_cst) > 0);
-  };
-  if (t_state.engine == this) {
-    // A worker: joined before the engine is freed, so it may touch the engine
-    // after the decrement.
-    const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
-    if (must_notify(after)) {
-      std::lock_guard lock(idle_mutex_);
-      idle_cv_.notify_all();
-    }
+  ThreadState& ts = t_state;
+  if (ts.engine == this) {
+    // A worker counts locally and subtracts in batches: the in-flight count's
+    // cache line then stays with the pushing thread. It is flushed at the
+    // latest when the worker runs out of work, so the count reaches zero as
+    // soon as the engine is idle.
+    if (++ts.finished >= kFinishedBatch) flush_finished();
     return;
   }
   // A foreign thread (async completion, inline run on a pusher): once the
@@ -642,6 +643,20 @@ void EngineCore::op_finished() noexcept {
   std::lock_guard lock(idle_mutex_);
   const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (must_notify(after)) idle_cv_.notify_all();
+}
+
+void EngineCore::flush_finished() noexcept {
+  // Only on this engine's workers, which are joined before the engine is
+  // freed: touching the engine after the decrement is safe.
+  ThreadState& ts = t_state;
+  const std::int64_t n = ts.finished;
+  if (n == 0) return;
+  ts.finished = 0;
+  const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
+  if (must_notify(after)) {
+    std::lock_guard lock(idle_mutex_);
+    idle_cv_.notify_all();
+  }
 }
 
 // ---------------------------------------------------------------------------

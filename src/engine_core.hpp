@@ -82,6 +82,7 @@ class EngineCore {
   std::size_t pending_errors();
 
   const Options& options() const noexcept { return opts_; }
+  void flush_finished() noexcept;
 
  private:
   WorkerPool* route(const OpRecord* op);
@@ -89,6 +90,7 @@ class EngineCore {
   void run_now(OpRecord* op);
   void run_later(OpRecord* op);
   void op_finished() noexcept;
+  bool must_notify(std::int64_t after) const noexcept;
   bool live(const ErrorRecord* e) const noexcept {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }

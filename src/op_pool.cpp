@@ -77,12 +77,40 @@ struct Cache {
   }
 };
 
-thread_local Cache t_cache;
+// The cache object has a destructor, so touching it directly costs a TLS
+// init check on every access; the hot path goes through a trivial pointer.
+struct CacheHolder {
+  Cache cache;
+  ~CacheHolder();
+};
+thread_local Cache* t_cache = nullptr;  ///< this thread's cache once created
+thread_local bool t_cache_gone = false;  ///< set at thread exit: records go straight to the global list
+
+CacheHolder::~CacheHolder() {
+  t_cache = nullptr;
+  t_cache_gone = true;
+}
+
+Cache* make_cache() {
+  if (t_cache_gone) return nullptr;
+  static thread_local CacheHolder holder;
+  t_cache = &holder.cache;
+  return t_cache;
+}
 
 }  // namespace
 
 OpRecord* op_alloc() {
-  Cache& c = t_cache;
+  Cache* cache = t_cache != nullptr ? t_cache : make_cache();
+  if (cache == nullptr) {  // thread exit: a record of its own, kept forever like the rest
+    Cache temp;
+    temp.refill();
+    OpRecord* op = temp.head;
+    temp.head = op->next;
+    op->next = nullptr;
+    return op;  // temp's destructor hands the rest back
+  }
+  Cache& c = *cache;
   if (c.head == nullptr) c.refill();
   OpRecord* op = c.head;
   c.head = op->next;
@@ -100,7 +128,15 @@ void op_free(OpRecord* op) noexcept {
   op->oper = nullptr;
   op->aux = nullptr;
   op->name = nullptr;
-  Cache& c = t_cache;
+  Cache* cache = t_cache != nullptr ? t_cache : make_cache();
+  if (cache == nullptr) {  // thread exit: straight to the global list
+    op->next = nullptr;
+    Global& g = global();
+    std::lock_guard lock(g.mutex);
+    g.batches.push_back(op);
+    return;
+  }
+  Cache& c = *cache;
   op->next = c.head;
   c.head = op;
   if (++c.count >= 2 * kBatch) c.give_batch();

@@ -14,6 +14,8 @@ namespace {
 // Spin briefly before sleeping: long enough to catch the next op of a busy
 // pusher, short enough not to steal a core from it on an oversubscribed machine.
 constexpr int kSpinRounds = 256;
+// Most ops a worker takes from the queue at once.
+constexpr std::int64_t kMaxBatch = 16;
 }  // namespace
 
 WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
@@ -50,30 +52,56 @@ void WorkerPool::enqueue(OpRecord* op) {
   }
   size_.fetch_add(1, std::memory_order_relaxed);
   lock_.unlock();
-  // seq_cst: pairs with the worker's seq_cst increment of sleepers_ before its
-  // last try_pop(). Either the worker's try_pop sees this op, or this load
-  // sees the worker counted as a sleeper and wakes it.
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    epoch_.fetch_add(1, std::memory_order_seq_cst);
-    epoch_.notify_one();
-  }
+  // The fence orders the link above before the loads below (Dekker with the
+  // worker's seq_cst decrement of spinning_ / increment of sleepers_ that
+  // precede its last try_pop). A spinning worker will find the op; only when
+  // none spins is a sleeper woken, so a busy pusher makes no syscall per op.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0) wake_one();
+}
+
+void WorkerPool::wake_one() {
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  epoch_.notify_one();
 }
 
 OpRecord* WorkerPool::try_pop() {
+  ThreadState& ts = t_state;
   lock_.lock();
   OpRecord* op = nullptr;
   if (order_ == Order::fifo) {
     op = head_;
     if (op != nullptr) {
-      head_ = op->next;
+      // Take a share of the queue at once (at most kMaxBatch): one lock and
+      // one cache-line transfer of the queue head for several ops. The extra
+      // ops go to this worker's local list, in queue order.
+      const std::int64_t queued = size_.load(std::memory_order_relaxed);
+      std::int64_t take = std::min<std::int64_t>(kMaxBatch, queued / static_cast<std::int64_t>(threads_.size()));
+      if (take < 1) take = 1;
+      OpRecord* last = op;
+      for (std::int64_t i = 1; i < take && last->next != nullptr; ++i) last = last->next;
+      head_ = last->next;
       if (head_ == nullptr) tail_ = nullptr;
+      last->next = nullptr;
+      std::int64_t n = 1;
+      for (OpRecord* p = op->next; p != nullptr; p = p->next) ++n;
+      size_.fetch_sub(n, std::memory_order_relaxed);
+      if (op->next != nullptr && ts.pool == this) {
+        if (ts.inline_tail != nullptr) {
+          ts.inline_tail->next = op->next;
+        } else {
+          ts.inline_head = op->next;
+        }
+        ts.inline_tail = last;
+        op->next = nullptr;
+      }
     }
   } else if (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
     op = heap_.back();
     heap_.pop_back();
+    size_.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (op != nullptr) size_.fetch_sub(1, std::memory_order_relaxed);
   lock_.unlock();
   return op;
 }
@@ -92,9 +120,9 @@ void WorkerPool::worker_main(int index) {
       if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
     } else {
       op = try_pop();
-      for (int i = 0; op == nullptr && i < kSpinRounds; ++i) {
-        cpu_relax();
-        if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+      if (op == nullptr) {
+        core_.flush_finished();  // out of work: publish the completions counted locally
+        op = spin();
       }
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
@@ -114,6 +142,22 @@ void WorkerPool::worker_main(int index) {
     core_.execute(op);
   }
   ts = ThreadState{};
+}
+
+OpRecord* WorkerPool::spin() {
+  spinning_.fetch_add(1, std::memory_order_seq_cst);
+  OpRecord* op = nullptr;
+  for (int i = 0; op == nullptr && i < kSpinRounds; ++i) {
+    cpu_relax();
+    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+  }
+  spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  // Found work and more is queued while nobody else looks: bring a sleeper in.
+  if (op != nullptr && size_.load(std::memory_order_relaxed) > 0 &&
+      spinning_.load(std::memory_order_seq_cst) == 0 && sleepers_.load(std::memory_order_seq_cst) > 0) {
+    wake_one();
+  }
+  return op;
 }
 
 void WorkerPool::stop_and_join() {

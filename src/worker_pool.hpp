@@ -24,6 +24,9 @@ struct ThreadState {
   int depth = 0;                 ///< >0 while the thread drains inline work
   OpRecord* inline_head = nullptr;  ///< ops to run inline once the current one is done
   OpRecord* inline_tail = nullptr;
+  /// Workers: ops finished but not yet subtracted from the engine's in-flight
+  /// count (flushed in batches, and whenever the worker runs out of work).
+  std::int64_t finished = 0;
 };
 extern thread_local ThreadState t_state;
 
@@ -58,6 +61,8 @@ class WorkerPool {
  private:
   void worker_main(int index);
   OpRecord* try_pop();
+  OpRecord* spin();
+  void wake_one();
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
 
   EngineCore& core_;
@@ -71,8 +76,10 @@ class WorkerPool {
   std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
   /// Ops queued; written under lock_, read without it as a hint by spinning workers.
   std::atomic<std::int64_t> size_{0};
-  /// Workers about to sleep or asleep. seq_cst with the enqueuer's load: see enqueue().
+  /// Workers about to sleep or asleep. seq_cst with the enqueuer's fence: see enqueue().
   std::atomic<int> sleepers_{0};
+  /// Workers spinning on the queue; while one spins, enqueue() wakes nobody.
+  std::atomic<int> spinning_{0};
   std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake sleepers (futex word)
   std::atomic<bool> stop_{false};        ///< set once by stop_and_join()
   std::vector<std::thread> threads_;
