@@ -9,26 +9,17 @@
 // Every (engine, workload) figure is measured in a forked child (trace
 // generation included), so that its peak RSS can be read from wait4(). The
 // parent never creates an engine (and so no thread) before forking.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "figure.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "workload.hpp"
@@ -36,8 +27,6 @@
 namespace ob = ordo_bench;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage = R"(usage: ordo_workloads [options]
 
@@ -54,6 +43,10 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
   --timeout S            give up on a figure after S seconds (default 300)
   --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
                          (default 0: unbounded, as in Options{})
+  --wait-quiet S         before each figure, wait up to S seconds for the rest of the
+                         machine to use less than 0.25 cores, and measure a figure again
+                         (at most twice; the quietest attempt is kept) when something else
+                         used more than that while it ran (default 0: do neither)
   --help                 this text
 
 Output: one RESULT line per figure on stdout; progress on stderr when it is a terminal.
@@ -72,6 +65,7 @@ struct Config {
   bool fork = true;
   double timeout_s = 300;
   std::size_t max_in_flight = 0;
+  double wait_quiet_s = 0;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -146,6 +140,8 @@ Config parse_args(int argc, char** argv) {
       c.fork = false;
     } else if (flag == "--timeout") {
       c.timeout_s = parse_number<double>(flag, value());
+    } else if (flag == "--wait-quiet") {
+      c.wait_quiet_s = parse_number<double>(flag, value(), /*zero_ok=*/true);
     } else if (flag == "--max-in-flight") {
       c.max_in_flight = parse_number<std::size_t>(flag, value(), /*zero_ok=*/true);
     } else {
@@ -169,179 +165,6 @@ Config parse_args(int argc, char** argv) {
   return c;
 }
 
-// ---------------------------------------------------------------- progress
-
-/// One overwritten status line on stderr, only when stderr is a terminal.
-/// A forked child inherits it and updates the same line.
-class Progress {
- public:
-  Progress() : enabled_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
-  void set_total(int total) { total_ = total; }
-  void next_figure() { ++index_; }
-  void show(const std::string& what) const {
-    if (!enabled_) return;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-    std::fprintf(stderr, "\r\033[K[%d/%d, %.1f s] %s", index_, total_, elapsed, what.c_str());
-    std::fflush(stderr);
-  }
-  void clear() const {
-    if (!enabled_) return;
-    std::fputs("\r\033[K", stderr);
-    std::fflush(stderr);
-  }
-  [[nodiscard]] double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-
- private:
-  bool enabled_;
-  Clock::time_point start_;
-  int index_ = 0;
-  int total_ = 0;
-};
-
-// ---------------------------------------------------------------- one figure
-
-struct Job {
-  ob::EngineSpec engine;
-  std::string workload;
-  std::size_t ops;
-  std::uint32_t spin_iters;
-  int runs;
-  std::optional<std::uint64_t> reference;
-};
-
-/// Measures `job` in this process, on `trace` if given, else on a trace
-/// generated here (so that a forked child's peak RSS includes it).
-ob::Measurement measure_here(const Job& job, const Progress& progress, const ob::Trace* trace = nullptr) {
-  const std::string label = job.workload + " " + job.engine.name;
-  try {
-    std::optional<ob::Trace> own;
-    if (trace == nullptr) trace = &own.emplace(ob::make_trace(job.workload, job.ops, job.spin_iters));
-    return ob::measure(job.engine, *trace, job.runs, job.reference, [&](int run, int runs) {
-      progress.show(label + ": run " + std::to_string(run) + "/" + std::to_string(runs));
-    });
-  } catch (const std::exception& e) {
-    ob::Measurement m;
-    m.error = std::string("exception:") + e.what();
-    return m;
-  }
-}
-
-std::string no_spaces(std::string s) {
-  for (char& ch : s) {
-    if (ch == ' ' || ch == '\n' || ch == '\t') ch = '_';
-  }
-  return s.empty() ? "-" : s;
-}
-
-/// The child's answer to the parent: one line of key=value fields.
-std::string serialize(const ob::Measurement& m) {
-  std::ostringstream out;
-  out.precision(17);
-  out << "ops=" << m.ops << " digest=" << m.digest << " ok=" << m.ok << " workers=" << m.workers
-      << " newvar=" << m.new_variable_ns << " error=" << no_spaces(m.error) << " secs=";
-  for (std::size_t i = 0; i < m.seconds.size(); ++i) out << (i ? "," : "") << m.seconds[i];
-  out << "\n";
-  return out.str();
-}
-
-bool deserialize(const std::string& line, ob::Measurement& m) try {
-  std::istringstream in(line);
-  bool complete = false;
-  for (std::string field; in >> field;) {
-    const auto eq = field.find('=');
-    if (eq == std::string::npos) return false;
-    const std::string key = field.substr(0, eq);
-    const std::string value = field.substr(eq + 1);
-    if (key == "ops") m.ops = std::stoull(value);
-    if (key == "digest") m.digest = std::stoull(value);
-    if (key == "ok") m.ok = value == "1";
-    if (key == "workers") m.workers = static_cast<unsigned>(std::stoul(value));
-    if (key == "newvar") m.new_variable_ns = std::stod(value);
-    if (key == "error") m.error = value == "-" ? "" : value;
-    if (key == "secs") {
-      for (const auto& s : split_list(value)) m.seconds.push_back(std::stod(s));
-      complete = true;
-    }
-  }
-  return complete;
-} catch (const std::exception&) {  // a garbled answer (std::stoull and friends)
-  return false;
-}
-
-/// Measures `job` in a forked child; its peak RSS comes from wait4().
-ob::Figure measure_in_child(const Job& job, const Progress& progress, double timeout_s) {
-  ob::Figure fig{job.engine.name, job.workload, {}, std::nullopt};
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    fig.m.error = "pipe_failed";
-    return fig;
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    fig.m.error = "fork_failed";
-    return fig;
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string answer = serialize(measure_here(job, progress));
-    std::size_t done = 0;
-    while (done < answer.size()) {
-      const ssize_t n = write(fds[1], answer.data() + done, answer.size() - done);
-      if (n <= 0 && errno != EINTR) break;
-      if (n > 0) done += static_cast<std::size_t>(n);
-    }
-    _exit(0);  // no static destructors, no flushing of the parent's buffers
-  }
-  close(fds[1]);
-
-  std::string answer;
-  bool timed_out = false;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    const int r = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    char buf[4096];
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // EOF: the child is done (or died)
-    answer.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
-
-  int status = 0;
-  rusage usage{};
-  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
-  }
-  fig.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-
-  if (timed_out) {
-    fig.m = {};
-    char what[64];
-    std::snprintf(what, sizeof what, "timeout_after_%gs", timeout_s);
-    fig.m.error = what;
-  } else if (WIFSIGNALED(status)) {
-    fig.m = {};
-    fig.m.error = "child_killed_by_signal_" + std::to_string(WTERMSIG(status));
-  } else if (!deserialize(answer, fig.m)) {
-    fig.m = {};
-    fig.m.error = "child_exit_" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "_no_answer";
-  }
-  if (!fig.m.error.empty()) fig.m.ok = false;
-  return fig;
-}
-
 std::string command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
@@ -362,15 +185,30 @@ std::string local_date() {
 }
 
 /// Measures one (engine, workload) figure: in a forked child, or in-process
-/// on `shared` (the workload's trace) with --no-fork.
-ob::Figure run_figure(const Job& job, const Config& cfg, const Progress& progress, const ob::Trace* shared) {
-  if (cfg.fork) return measure_in_child(job, progress, cfg.timeout_s);
-  return ob::Figure{job.engine.name, job.workload, measure_here(job, progress, shared), std::nullopt};
+/// on `shared` (the workload's trace) with --no-fork. With --wait-quiet, a
+/// figure disturbed by other processes is measured again (the quietest kept).
+ob::Figure run_figure(const ob::Job& job, const Config& cfg, const ob::Progress& progress, const ob::Trace* shared) {
+  if (!cfg.fork) {
+    return ob::Figure{.engine = job.engine.name, .workload = job.workload, .m = ob::measure_here(job, progress, shared)};
+  }
+  const std::string label = job.workload + " " + job.engine.name;
+  ob::Figure best;
+  const int max_attempts = cfg.wait_quiet_s > 0 ? 3 : 1;
+  int attempt = 1;
+  for (;; ++attempt) {
+    if (cfg.wait_quiet_s > 0) ob::wait_until_quiet(cfg.wait_quiet_s, progress, label);
+    progress.show(label + (attempt > 1 ? ": measuring again (the machine was busy)" : ": starting"));
+    ob::Figure fig = ob::measure_in_child(job, progress, cfg.timeout_s);
+    if (attempt == 1 || fig.other_load.value_or(0) < best.other_load.value_or(0)) best = std::move(fig);
+    if (best.other_load.value_or(0) < ob::kQuietLoad || attempt == max_attempts) break;
+  }
+  best.attempts = attempt;
+  return best;
 }
 
 int run(int argc, char** argv) {
   const Config cfg = parse_args(argc, argv);
-  Progress progress;
+  ob::Progress progress;
 
   ob::RunInfo info;
   info.command = command_line(argc, argv);
@@ -414,8 +252,7 @@ int run(int argc, char** argv) {
     for (const ob::EngineSpec* engine : engines) {
       const bool is_serial = engine->name == "serial";
       progress.next_figure();
-      progress.show(workload + " " + engine->name + ": starting");
-      Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};
+      ob::Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};
       if (job.engine.ordo) job.engine.ordo->max_in_flight = cfg.max_in_flight;
       ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
       if (is_serial) {

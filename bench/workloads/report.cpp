@@ -129,7 +129,8 @@ constexpr double kW4RssGoalMib = 64;
 void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::vector<std::string>& misses) {
   out << "## ordo against the targets\n\n"
          "`ordo` is the default engine (`ordo::Options{}`); \"best variant\" is the fastest of the ordo "
-         "configurations measured here. MXNet and peer figures are the ones quoted in the issue (measured "
+         "configurations measured here (`ordo-naive` runs every op inline on the pushing thread: no "
+         "parallelism, it shows what the dependency bookkeeping alone costs). MXNet and peer figures are the ones quoted in the issue (measured "
          "elsewhere, on another machine), so compare orders of magnitude, not decimals. W6 is a speedup over "
          "the serial loop, everything else M ops/s.\n\n"
          "| workload | MXNet engine | best peer | target | ordo (median) | best variant | target met? |\n"
@@ -191,8 +192,8 @@ void write_workload_table(std::ostream& out, const std::vector<Figure>& figures,
       break;
     }
   }
-  out << "| engine | M ops/s (median) | min - max | x serial | peak RSS (MiB) | ok |\n"
-         "|---|---:|---:|---:|---:|:-:|\n";
+  out << "| engine | M ops/s (median) | min - max | x serial | peak RSS (MiB) | other load | ok |\n"
+         "|---|---:|---:|---:|---:|---:|:-:|\n";
   for (const Figure& f : figures) {
     if (f.workload != workload) continue;
     out << "| " << f.engine << " | ";
@@ -205,6 +206,7 @@ void write_workload_table(std::ostream& out, const std::vector<Figure>& figures,
           << (ratio ? fmt("%.2f", *ratio) : std::string(&f == serial ? "1.00" : "-")) << " | ";
     }
     out << (f.peak_rss_mib ? fmt("%.1f", *f.peak_rss_mib) : std::string("-")) << " | "
+        << (f.other_load ? fmt("%.2f", *f.other_load) : std::string("-")) << " | "
         << (f.m.ok ? "1" : "**0** (" + f.m.error + ")") << " |\n";
   }
   if (workload == "W1") {
@@ -248,6 +250,8 @@ std::string result_line(const Figure& f, const Figure* serial, const RunInfo& in
       << " min=" << fmt("%.0f", s.min) << " max=" << fmt("%.0f", s.max);
   if (const auto r = ratio_to_serial(f, serial)) out << " vs_serial=" << fmt("%.3f", *r);
   if (f.peak_rss_mib) out << " peak_rss_mib=" << fmt("%.1f", *f.peak_rss_mib);
+  if (f.other_load) out << " other_load=" << fmt("%.2f", *f.other_load);
+  if (f.attempts > 1) out << " attempts=" << f.attempts;
   if (f.engine != "serial") out << " workers=" << f.m.workers;  // 0: naive, ops run inline
   if (f.workload == "W1" && f.m.new_variable_ns > 0) out << " new_variable_ns=" << fmt("%.1f", f.m.new_variable_ns);
   if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
@@ -309,7 +313,9 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "returning); min - max are the slowest and fastest run. \"x serial\" divides the median by the serial "
          "loop's. Peak RSS is `ru_maxrss` of the child process that generated the trace and did all the runs "
          "of that figure (one fresh engine per run); the serial row is the harness's own baseline (trace + "
-         "slots), so an engine's memory is its row minus the serial row. ok = 1: the final slots of every "
+         "slots), so an engine's memory is its row minus the serial row. \"Other load\" is the CPU time that "
+         "the rest of the machine used while the figure ran, divided by its wall time (in cores; this machine "
+         "is shared, so a figure with a high other load was slowed down by something else). ok = 1: the final slots of every "
          "run matched the serial loop's (64-bit digest of all slots).\n\n"
          "Engines: ";
   bool first = true;

@@ -11,10 +11,14 @@ namespace ordo_bench {
 
 /// One (engine, workload) figure: a RESULT line and a table row.
 struct Figure {
-  std::string engine;
-  std::string workload;
-  Measurement m;
-  std::optional<double> peak_rss_mib;  ///< absent when measured in-process (--no-fork)
+  std::string engine{};
+  std::string workload{};
+  Measurement m{};
+  std::optional<double> peak_rss_mib{};  ///< absent when measured in-process (--no-fork)
+  /// CPU time that other processes used while the figure ran, over its wall
+  /// time: how many cores the rest of the machine kept busy (absent with --no-fork).
+  std::optional<double> other_load{};
+  int attempts = 1;  ///< measurements made; the quietest is kept (--wait-quiet re-measures disturbed figures)
 };
 
 /// ops/s over the runs of a figure.
