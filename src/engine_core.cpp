@@ -316,15 +316,14 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     AccessNode* a = &op->access[i];
     a->op = op;
     a->next = nullptr;
-    a->var = v;
-    a->write = specs[i].write;
+    a->set(v, specs[i].write);
     if (is_delete) {
       ++v->gen;  // every handle to v is stale from now on
       v->deleted = true;
     }
     bool grant = false;
     if (v->head == nullptr && !v->write_running) {
-      if (!a->write) {
+      if (!a->write()) {
         ++v->running_reads;
         grant = true;
       } else if (v->running_reads == 0) {
@@ -482,7 +481,7 @@ void EngineCore::execute(OpRecord* op) {
   ThreadState& ts = t_state;
   if (op->kind == OpKind::wait_var) {
     auto* waiter = static_cast<VarWaiter*>(op->aux);
-    VarRecord* v = op->access[0].var;
+    VarRecord* v = op->access[0].var();
     {
       std::lock_guard lock(v->lock);
       if (live(v->error)) {
@@ -560,14 +559,14 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
     if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(op);
   };
   if (v->write_running || v->head == nullptr) return;
-  if (v->head->write) {
+  if (v->head->write()) {
     if (v->running_reads == 0) {
       v->write_running = true;
       grant(v->head);
     }
     return;
   }
-  while (v->head != nullptr && !v->head->write) {
+  while (v->head != nullptr && !v->head->write()) {
     ++v->running_reads;
     grant(v->head);
   }
@@ -582,9 +581,9 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   VarRecord* deleted = nullptr;
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
     const AccessNode& a = op->access[i];
-    VarRecord* v = a.var;
+    VarRecord* v = a.var();
     v->lock.lock();
-    if (a.write) {
+    if (a.write()) {
       v->write_running = false;
       ++v->version;
       // A variable's error is the error of its last write (none on success).

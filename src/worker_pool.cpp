@@ -51,13 +51,15 @@ void WorkerPool::enqueue(OpRecord* op) {
     std::push_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
   }
   size_.fetch_add(1, std::memory_order_relaxed);
+  // Read the worker counts inside the critical section. A worker changes them
+  // (seq_cst) before its last try_pop(), which takes this lock: if that
+  // try_pop runs after this section it finds the op; if before, its change
+  // happened before this section and is seen here. So a spinning worker will
+  // find the op, and only when none spins is a sleeper woken: a busy pusher
+  // makes no syscall per op, and no fence is needed.
+  const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
   lock_.unlock();
-  // The fence orders the link above before the loads below (Dekker with the
-  // worker's seq_cst decrement of spinning_ / increment of sleepers_ that
-  // precede its last try_pop). A spinning worker will find the op; only when
-  // none spins is a sleeper woken, so a busy pusher makes no syscall per op.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0) wake_one();
+  if (wake) wake_one();
 }
 
 void WorkerPool::wake_one() {

@@ -20,11 +20,11 @@ inline constexpr bool is_async_fn_v = std::is_invocable_v<F&, const RunContext&,
 
 /// Holds one callable, either a sync body `void(RunContext)` / `void()` or an
 /// async body `void(RunContext, OnComplete)`. Callables up to kInlineSize
-/// bytes (and nothrow-movable ones only matter for that) live inline.
+/// bytes live inline (40: a lambda capturing five references or pointers).
 /// Not thread-safe; owned by exactly one op or operator record.
 class OpFn {
  public:
-  static constexpr std::size_t kInlineSize = 48;
+  static constexpr std::size_t kInlineSize = 40;
 
   OpFn() noexcept = default;
   OpFn(const OpFn&) = delete;

@@ -29,8 +29,11 @@ enum class OpKind : std::uint8_t {
 struct AccessNode {
   OpRecord* op;
   AccessNode* next;
-  VarRecord* var;
-  bool write;
+  std::uintptr_t bits;  ///< VarRecord address | 1 for a write (records are 8-aligned)
+
+  [[nodiscard]] VarRecord* var() const noexcept { return reinterpret_cast<VarRecord*>(bits & ~std::uintptr_t{1}); }
+  [[nodiscard]] bool write() const noexcept { return (bits & 1U) != 0; }
+  void set(VarRecord* v, bool w) noexcept { bits = reinterpret_cast<std::uintptr_t>(v) | (w ? 1U : 0U); }
 };
 
 inline constexpr int kInlineAccess = 3;
@@ -47,21 +50,21 @@ struct OpRecord {
   /// push has appended every access). The thread that brings it to zero
   /// dispatches the op; acq_rel so the dispatcher sees every grant's writes.
   std::atomic<std::int32_t> wait{0};
-  /// Error inherited from a variable at grant time, or the op's own. Set by
-  /// CAS from null (grants on different variables race); owned reference.
-  std::atomic<ErrorRecord*> error{nullptr};
   /// Async ops only: 1 while the body is on the executing thread's stack, 2
   /// if the op was completed meanwhile (the executor then frees the record
   /// once the body returns), 0 otherwise.
   std::atomic<std::uint8_t> body{0};
-
-  EngineCore* engine = nullptr;
-  OpRecord* next = nullptr;  ///< intrusive link: ready queues and free lists
-  std::uint16_t n_access = 0;
   OpKind kind = OpKind::fn;
   FnProperty prop = FnProperty::normal;
   bool always_run = false;
+  /// Error inherited from a variable at grant time, or the op's own. Set by
+  /// CAS from null (grants on different variables race); owned reference.
+  std::atomic<ErrorRecord*> error{nullptr};
+
+  EngineCore* engine = nullptr;
+  OpRecord* next = nullptr;  ///< intrusive link: ready queues and free lists
   int priority = 0;
+  std::uint16_t n_access = 0;
   Context ctx{};
   const char* name = nullptr;
   OperatorRecord* oper = nullptr;
