@@ -13,6 +13,7 @@ namespace {
 
 constexpr std::size_t kVarChunk = 1024;
 constexpr std::int64_t kFinishedBatch = 64;
+constexpr int kMaxContinuations = 64;
 
 std::string describe(const std::exception_ptr& e) {
   try {
@@ -278,6 +279,7 @@ void EngineCore::throttle() {
 }
 
 void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs) {
+  const Call call(this);
   if (ctx.device_id < 0 || (ctx.is_gpu() && ctx.device_id >= kMaxDevices)) {
     throw Error(Errc::invalid_argument,
                 "push of " + op_label(attrs.name) + ": bad device id " + std::to_string(ctx.device_id));
@@ -451,7 +453,7 @@ void EngineCore::run_later(OpRecord* op) {
 }
 
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
-  const ThreadState& ts = t_state;
+  ThreadState& ts = t_state;
   // Inline work made ready by a push runs at once, like a call (MXNet runs
   // async ops in the pushing thread); made ready by a completion, it is
   // trampolined. A waiter's wake-up is bookkeeping and never deferred: the
@@ -468,9 +470,11 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
   }
   WorkerPool* pool = route(op);
   if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr &&
-      pool->queued() == 0) {
-    // Continuation: the next op of a chain stays on this worker, unless that
-    // would overtake ops already waiting in the queue.
+      ts.continuations < kMaxContinuations) {
+    // Continuation: the next op of a chain stays on this worker (no queue
+    // hop, warm caches). The budget bounds how long queued ops can be
+    // overtaken: once spent, the op goes behind them.
+    ++ts.continuations;
     run_later(op);
     return;
   }
@@ -628,6 +632,10 @@ bool EngineCore::must_notify(std::int64_t after) const noexcept {
 
 void EngineCore::op_finished() noexcept {
   ThreadState& ts = t_state;
+  if (ts.call != nullptr && ts.call->engine == this) {
+    ++ts.call->finished;  // subtracted when the call ends
+    return;
+  }
   if (ts.engine == this) {
     // A worker counts locally and subtracts in batches: the in-flight count's
     // cache line then stays with the pushing thread. It is flushed at the
@@ -644,6 +652,27 @@ void EngineCore::op_finished() noexcept {
   if (must_notify(after)) idle_cv_.notify_all();
 }
 
+EngineCore::Call::Call(EngineCore* core) noexcept {
+  ThreadState& ts = t_state;
+  scope_.engine = core;
+  scope_.outer = ts.call;
+  ts.call = &scope_;
+}
+
+EngineCore::Call::~Call() {
+  ThreadState& ts = t_state;
+  ts.call = scope_.outer;
+  if (scope_.finished > 0) scope_.engine->subtract_finished(scope_.finished);
+}
+
+void EngineCore::subtract_finished(std::int64_t n) noexcept {
+  const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
+  if (must_notify(after)) {
+    std::lock_guard lock(idle_mutex_);
+    idle_cv_.notify_all();
+  }
+}
+
 void EngineCore::flush_finished() noexcept {
   // Only on this engine's workers, which are joined before the engine is
   // freed: touching the engine after the decrement is safe.
@@ -651,11 +680,7 @@ void EngineCore::flush_finished() noexcept {
   const std::int64_t n = ts.finished;
   if (n == 0) return;
   ts.finished = 0;
-  const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
-  if (must_notify(after)) {
-    std::lock_guard lock(idle_mutex_);
-    idle_cv_.notify_all();
-  }
+  subtract_finished(n);
 }
 
 // ---------------------------------------------------------------------------

@@ -84,6 +84,18 @@ class EngineCore {
   const Options& options() const noexcept { return opts_; }
   void flush_finished() noexcept;
 
+  /// Marks an engine call on this thread for its duration (see CallScope).
+  class Call {
+   public:
+    explicit Call(EngineCore* core) noexcept;
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    CallScope scope_;
+  };
+
  private:
   WorkerPool* route(const OpRecord* op);
   DevicePools& device(int id);
@@ -91,6 +103,7 @@ class EngineCore {
   void run_later(OpRecord* op);
   void op_finished() noexcept;
   bool must_notify(std::int64_t after) const noexcept;
+  void subtract_finished(std::int64_t n) noexcept;
   bool live(const ErrorRecord* e) const noexcept {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }

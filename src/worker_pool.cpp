@@ -122,6 +122,7 @@ void WorkerPool::worker_main(int index) {
       if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
     } else {
       op = try_pop();
+      ts.continuations = 0;
       if (op == nullptr) {
         core_.flush_finished();  // out of work: publish the completions counted locally
         op = spin();

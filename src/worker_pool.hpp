@@ -15,6 +15,15 @@ namespace ordo::detail {
 class EngineCore;
 class WorkerPool;
 
+/// A call into an engine (a push) on the current thread. Ops finished while
+/// it lasts are counted here and subtracted from the in-flight count when it
+/// ends: the engine cannot be destroyed during a call, so no lock is needed.
+struct CallScope {
+  EngineCore* engine = nullptr;
+  std::int64_t finished = 0;
+  CallScope* outer = nullptr;
+};
+
 /// What the current thread is to the engine. One per thread.
 struct ThreadState {
   EngineCore* engine = nullptr;  ///< engine this thread is a worker of (null: foreign thread)
@@ -27,6 +36,9 @@ struct ThreadState {
   /// Workers: ops finished but not yet subtracted from the engine's in-flight
   /// count (flushed in batches, and whenever the worker runs out of work).
   std::int64_t finished = 0;
+  /// Workers: ops run as continuations since the last take from the queue.
+  int continuations = 0;
+  CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
 };
 extern thread_local ThreadState t_state;
 
