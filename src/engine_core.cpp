@@ -274,8 +274,21 @@ void EngineCore::throttle() {
   if (in_flight_.load(std::memory_order_relaxed) < static_cast<std::int64_t>(opts_.max_in_flight)) return;
   std::unique_lock lock(idle_mutex_);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
-  while (in_flight_.load(std::memory_order_seq_cst) > low_water_) idle_cv_.wait(lock);
+  // Wait while the engine can make progress without this thread. If every
+  // worker is idle with ops still in flight, those ops wait for something
+  // outside the engine (an async completion, maybe one this thread will
+  // trigger later): then the pusher goes on rather than deadlock.
+  while (in_flight_.load(std::memory_order_seq_cst) > low_water_ && !all_idle()) idle_cv_.wait(lock);
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void EngineCore::worker_idle() noexcept {
+  // A worker found no work and is about to sleep: a throttled pusher may have
+  // to go on (see throttle()). Called on workers only (engine alive).
+  if (throttle_waiters_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lock(idle_mutex_);
+    idle_cv_.notify_all();
+  }
 }
 
 void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs) {

@@ -83,6 +83,7 @@ class EngineCore {
 
   const Options& options() const noexcept { return opts_; }
   void flush_finished() noexcept;
+  void worker_idle() noexcept;
 
   /// Marks an engine call on this thread for its duration (see CallScope).
   class Call {

@@ -136,6 +136,7 @@ void WorkerPool::worker_main(int index) {
             sleepers_.fetch_sub(1, std::memory_order_relaxed);
             break;
           }
+          core_.worker_idle();
           epoch_.wait(epoch, std::memory_order_seq_cst);
         }
         sleepers_.fetch_sub(1, std::memory_order_relaxed);

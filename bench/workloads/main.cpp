@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ordo/options.hpp"
+
 #include "figure.hpp"
 #include "report.hpp"
 #include "runner.hpp"
@@ -42,7 +44,7 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
   --no-fork              measure in-process (no per-figure peak RSS; for profilers)
   --timeout S            give up on a figure after S seconds (default 300)
   --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
-                         (default 0: unbounded, as in Options{})
+                         (default: Options{}.max_in_flight, 65536; 0: unbounded)
   --wait-quiet S         before each figure, wait up to S seconds for the rest of the
                          machine to use less than 0.25 cores, and measure a figure again
                          (at most twice; the quietest attempt is kept) when something else
@@ -64,7 +66,7 @@ struct Config {
   std::optional<std::string> docs_path;
   bool fork = true;
   double timeout_s = 300;
-  std::size_t max_in_flight = 0;
+  std::optional<std::size_t> max_in_flight;  ///< unset: the engine's default
   double wait_quiet_s = 0;
 };
 
@@ -218,7 +220,8 @@ int run(int argc, char** argv) {
   info.w6_ops = *cfg.w6_ops;
   info.work_us = cfg.work_us;
   info.forked = cfg.fork;
-  info.max_in_flight = cfg.max_in_flight;
+  info.max_in_flight = cfg.max_in_flight.value_or(ordo::Options{}.max_in_flight);
+  info.max_in_flight_given = cfg.max_in_flight.has_value();
   info.load_before = ob::load_average();
 
   // serial first: it provides the reference digest for the other engines.
@@ -253,7 +256,7 @@ int run(int argc, char** argv) {
       const bool is_serial = engine->name == "serial";
       progress.next_figure();
       ob::Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};
-      if (job.engine.ordo) job.engine.ordo->max_in_flight = cfg.max_in_flight;
+      if (job.engine.ordo && cfg.max_in_flight) job.engine.ordo->max_in_flight = *cfg.max_in_flight;
       ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
       if (is_serial) {
         if (fig.m.ok) reference = fig.m.digest;

@@ -292,9 +292,8 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
       << "- " << info.runs << " run(s) per figure; " << info.ops << " ops per workload (W3 and W5 round to whole "
       << "rounds / a square grid), W6: " << info.w6_ops << " ops x " << fmt("%g", info.work_us)
       << " us of busy work (" << info.spin_iters << " hash steps, calibrated)\n"
-      << (info.max_in_flight > 0
-              ? "- every ordo engine ran with Options::max_in_flight = " + std::to_string(info.max_in_flight) + "\n"
-              : std::string())
+      << "- every ordo engine ran with Options::max_in_flight = " << info.max_in_flight
+      << (info.max_in_flight_given ? " (--max-in-flight)" : " (the default)") << "\n"
       << "- load average (1/5/15 min) before: " << info.load_before << ", after: " << info.load_after
       << "; total wall time " << fmt("%.0f", info.total_seconds) << " s\n\n";
 

@@ -39,7 +39,8 @@ struct RunInfo {
   double work_us = 0;
   std::uint32_t spin_iters = 0;
   bool forked = true;
-  std::size_t max_in_flight = 0;  ///< Options::max_in_flight given to every ordo engine
+  std::size_t max_in_flight = 0;  ///< Options::max_in_flight of every ordo engine
+  bool max_in_flight_given = false;  ///< set by --max-in-flight (else the default)
   std::string load_before;      ///< /proc/loadavg when the benchmark started
   std::string load_after;
   double total_seconds = 0;

@@ -35,9 +35,13 @@ struct Options {
   unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device
   unsigned gpu_copy_workers = 1;       ///< per_device: workers per copy direction per GPU device
   /// Backpressure: when > 0, a thread that pushes while this many ops are in
-  /// flight blocks until the count falls to half of it. Pushes from inside an
-  /// op are never blocked (that could deadlock); they are counted.
-  std::size_t max_in_flight = 0;
+  /// flight blocks until the count falls to half of it, so a pusher far ahead
+  /// of the workers keeps memory flat (an op record is ~224 bytes). It never
+  /// blocks when that could deadlock: pushes from inside an op or from a
+  /// worker are not held back, and a held pusher goes on as soon as every
+  /// worker is idle (the ops in flight then wait on something outside the
+  /// engine, perhaps on this very thread). 0: unbounded.
+  std::size_t max_in_flight = std::size_t{1} << 16;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(60)};

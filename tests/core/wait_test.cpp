@@ -216,6 +216,34 @@ TEST(Backpressure, OpsPushingOpsAreNeverBlocked) {
   EXPECT_EQ(children.load(), 1000);
 }
 
+TEST(Backpressure, HeldPusherGoesOnWhenOnlyItCanUnblockTheEngine) {
+  // Everything pushed waits for an async op that this very thread completes
+  // after its pushing loop: blocking at the bound would deadlock.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 8});
+  Var gate_var = engine.new_variable();
+  OnComplete open_gate;
+  engine.push_async([&](RunContext, OnComplete done) { open_gate = done; }, Context::cpu(), {}, {gate_var},
+                    {.prop = FnProperty::async});
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 1000; ++i) engine.push_sync([&] { ran.fetch_add(1); }, Context::cpu(), {gate_var}, {});
+  EXPECT_EQ(ran.load(), 0);
+  open_gate();
+  engine.wait_for_all();
+  EXPECT_EQ(ran.load(), 1000);
+}
+
+TEST(Backpressure, DefaultBoundIsOnAndCanBeTurnedOff) {
+  EXPECT_EQ(Options{}.max_in_flight, std::size_t{1} << 16);
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});
+  Var v = engine.new_variable();
+  Gate gate;
+  engine.push_sync([&] { ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {v});
+  for (int i = 0; i < 100000; ++i) engine.push_sync([] {}, Context::cpu(), {}, {v});
+  EXPECT_GE(engine.in_flight(), 100000U) << "unbounded engine held the pusher back";
+  gate.open();
+  engine.wait_for_all();
+}
+
 TEST(Shutdown, DestructorDrainsEveryPushedOp) {
   for (const auto& cfg : all_engine_configs()) {
     std::atomic<int> ran{0};
