@@ -307,7 +307,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   op->name = attrs.name;
   op->always_run = attrs.always_run;
   op->n_access = static_cast<std::uint16_t>(n);
-  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = new AccessNode[n];
+  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
   if (op->kind != OpKind::wait_var) throttle();

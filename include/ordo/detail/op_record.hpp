@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -79,7 +80,10 @@ struct OpRecord {
 
 /// Thread-caching allocator of op records (process-wide slabs, never freed).
 OpRecord* op_alloc();
+/// Frees the record and its access nodes (whose size class follows n_access).
 void op_free(OpRecord* op) noexcept;
+/// Access nodes for an op of n > kInlineAccess variables (recycled blocks).
+AccessNode* access_alloc(std::size_t n);
 
 /// Frees an op record if push fails before the engine took it over.
 class OpGuard {

@@ -1,0 +1,267 @@
+// ordo/coro.hpp - engine ops from coroutines: co_await a push.
+//
+// Built on the public Engine API only (push_async + OnComplete). Free
+// functions taking the engine (a member `engine.push(...)` would need
+// engine.hpp changes):
+//
+//   // Access form: suspend until the accesses are granted, hold them while
+//   // the coroutine works, release them with the lease.
+//   ordo::Lease lease = co_await ordo::push(engine, ordo::reads(a), ordo::writes(b));
+//   out = f(in);         // runs on the worker that granted the op
+//   lease.release();     // or let it go out of scope
+//
+//   // Function form: run fn as an op (like push_sync) and get its result.
+//   int n = co_await ordo::push(engine, ordo::reads(a), ordo::writes(), [&] { return count(in); });
+//
+//   // Wait, without blocking a thread, for the writes pushed on v so far.
+//   co_await ordo::wait_for(engine, v);
+//
+// EAGER REGISTRATION. push(...) pushes the op when it is called, not when it
+// is awaited: `auto x = push(e, .., writes(v)); auto y = push(e, .., writes(v));`
+// orders x before y whatever order they are awaited in. (For the access form,
+// awaiting y before x's lease is released deadlocks: y waits for x.)
+//
+// Every push(...) returns an awaitable that owns its op: destroyed without
+// being awaited, the op still completes (the access form releases its
+// accesses as soon as they are granted; the function form runs fn and drops
+// the result). The awaitables are [[nodiscard]]; await each at most once.
+//
+// ERRORS. An op whose variables carry an error is skipped by the engine (see
+// engine.hpp); co_await of such a push throws ordo::SkippedError. The
+// engine's public API does not hand the original exception to anyone but a
+// blocking wait, so the coroutine gets SkippedError, not the original (which
+// stays on the variables for wait_for_var / wait_for_all; see SkippedError).
+// The same holds for wait_for. An exception thrown by fn (function form),
+// passed to Lease::fail, or unwinding through a held Lease fails the op with
+// that exception: the engine stores it on the variables the op mutates (and
+// reports it, like any op error, if no wait ever rethrows it), and it
+// propagates to the coroutine's awaiter.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/detail/coro_ops.hpp"
+#include "ordo/detail/coro_runtime.hpp"
+#include "ordo/detail/coro_varlist.hpp"
+#include "ordo/engine.hpp"
+#include "ordo/task.hpp"
+
+namespace ordo {
+
+/// Thrown into a coroutine whose co_await'ed op was skipped because one of its
+/// variables carries an error. code() is Errc::cancelled. The original
+/// exception is not available to the coroutine (an engine gap: OnComplete
+/// bodies are not told the inherited error); it stays on the variables.
+class SkippedError : public Error {
+ public:
+  explicit SkippedError(const std::string& what) : Error(Errc::cancelled, what) {}
+};
+
+namespace detail {
+inline void OpState::skipped() noexcept {
+  try {
+    error = std::make_exception_ptr(SkippedError(
+        std::string("ordo: ") + (name != nullptr ? std::string("op '") + name + "'" : std::string("an op")) +
+        " awaited by a coroutine was skipped: one of its variables carries an error (the original exception "
+        "stays on the variables: Engine::wait_for_var / wait_for_all rethrow it)"));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  publish();
+}
+}  // namespace detail
+
+class LeaseAwaitable;
+
+/// The granted accesses of an op pushed by the access form of ordo::push.
+/// While a Lease is held, the op is running: conflicting ops wait. The op
+/// completes (accesses released, dependants dispatched) by exactly one of:
+///  - release(): success;
+///  - fail(e): the engine stores e on the variables the op mutates;
+///  - the destructor: success normally; during exception unwinding, failure
+///    with that exception (inside an ordo::Task, the lease is parked and
+///    failed by the task's unhandled_exception(), where the exception is
+///    known; if the task catches it, or outside a Task, or for a lease moved
+///    after co_await, with an ordo::Error{Errc::cancelled} instead).
+/// Move-only.
+///
+/// @par Thread safety
+/// Not thread-safe: one owner at a time (moving it to another thread is
+/// fine). Completing it is thread-safe with respect to the engine.
+class Lease {
+ public:
+  Lease() noexcept = default;
+  Lease(Lease&& o) noexcept
+      : done_(o.done_), rc_(o.rc_), uncaught_(o.uncaught_), held_(std::exchange(o.held_, false)) {}
+  Lease& operator=(Lease&& o) noexcept {
+    if (this != &o) {
+      finish_in_destructor();
+      done_ = o.done_;
+      rc_ = o.rc_;
+      owner_ = nullptr;  // moved: the owning coroutine is not known any more
+      uncaught_ = o.uncaught_;
+      held_ = std::exchange(o.held_, false);
+    }
+    return *this;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() { finish_in_destructor(); }
+
+  /// Completes the op successfully. Throws ordo::Error if not held.
+  void release() {
+    check_held("release");
+    held_ = false;
+    done_();
+  }
+  /// Completes the op with `error` (stored on the variables it mutates).
+  void fail(std::exception_ptr error) {
+    check_held("fail");
+    held_ = false;
+    done_(std::move(error));
+  }
+  [[nodiscard]] bool held() const noexcept { return held_; }
+  explicit operator bool() const noexcept { return held_; }
+  /// What the worker that granted the op handed it (context, worker index).
+  [[nodiscard]] const RunContext& run_context() const noexcept { return rc_; }
+
+ private:
+  friend class LeaseAwaitable;
+  Lease(OnComplete done, const RunContext& rc, detail::PromiseBase* owner) noexcept
+      : done_(done), rc_(rc), owner_(owner), uncaught_(std::uncaught_exceptions()), held_(true) {}
+
+  void check_held(const char* what) const {
+    if (!held_) throw Error(Errc::invalid_argument, std::string("Lease::") + what + " on a lease not held");
+  }
+  void finish_in_destructor() noexcept {
+    if (!held_) return;
+    held_ = false;
+    try {
+      if (std::uncaught_exceptions() <= uncaught_) {
+        done_();
+      } else if (owner_ != nullptr) {
+        owner_->park(done_);
+      } else {
+        done_(std::make_exception_ptr(
+            Error(Errc::cancelled, "lease destroyed during exception unwinding outside an ordo::Task")));
+      }
+    } catch (...) {  // a destructor never throws
+    }
+  }
+
+  OnComplete done_{};
+  RunContext rc_{};
+  detail::PromiseBase* owner_ = nullptr;
+  int uncaught_ = 0;
+  bool held_ = false;
+};
+
+/// Returned by the access form of ordo::push: `co_await` yields the Lease.
+/// Destroyed without being awaited, it releases the op (now if already
+/// granted, else as soon as it is).
+///
+/// @par Thread safety
+/// Not thread-safe: one coroutine owns and awaits it. The op body that grants
+/// it runs on a worker concurrently; that race is settled by one atomic word.
+class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
+ public:
+  LeaseAwaitable(LeaseAwaitable&&) noexcept = default;
+  ~LeaseAwaitable() {
+    if (abandon() && !st_->error) {
+      try {
+        st_->done();  // granted, never awaited: release now
+      } catch (...) {
+      }
+    }
+    drop();
+  }
+  Lease await_resume() {
+    detail::OpState& s = consume();
+    return Lease(s.done, s.rc, owner_);
+  }
+  /// Called by the awaiting Task's await_transform.
+  void ordo_bind_owner(detail::PromiseBase* p) noexcept { owner_ = p; }
+
+  /// Internal: made by ordo::push; takes over one reference to `st`.
+  explicit LeaseAwaitable(detail::OpState* st) noexcept : OpAwaitBase(st) {}
+
+ private:
+  detail::PromiseBase* owner_ = nullptr;
+};
+
+/// Returned by the function form of ordo::push (and by wait_for): `co_await`
+/// yields fn's result (moved out) or rethrows its exception.
+///
+/// @par Thread safety
+/// As LeaseAwaitable.
+template <class R>
+class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
+ public:
+  OpAwaitable(OpAwaitable&&) noexcept = default;
+  ~OpAwaitable() {
+    (void)abandon();  // the op completes by itself; the result is dropped with the state
+    drop();
+  }
+  R await_resume() {
+    detail::OpState& s = consume();
+    if constexpr (!std::is_void_v<R>) return std::move(*static_cast<detail::ResultState<R>&>(s).result);
+  }
+
+  /// Internal: made by ordo::push; takes over one reference to `st`.
+  explicit OpAwaitable(detail::ResultState<R>* st) noexcept : OpAwaitBase(st) {}
+};
+
+/// Access form: pushes an op reading `r` and mutating `w` now; `co_await`
+/// resumes the coroutine on the worker that granted it (routed by ctx and
+/// attrs.prop like any op) with a Lease; the op runs until the lease is
+/// released. Throws ordo::Error at once for misuse (deleted variable, ...).
+[[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),
+                                         OpAttrs attrs = {}) {
+  detail::StateRef mine(detail::make_state<detail::OpState>());
+  mine.get()->name = attrs.name;
+  engine.push_async(detail::LeaseBody(mine.get()), ctx, r, w, attrs);
+  return LeaseAwaitable(mine.release());
+}
+
+namespace detail {
+template <class F>
+using fn_result_t = std::remove_cvref_t<decltype(FnBody<F, void>::call(std::declval<F&>(), RunContext{}))>;
+}  // namespace detail
+
+/// Function form: pushes `fn` (callable as R(RunContext) or R()) as an op now,
+/// with push_sync semantics (runs on a worker; an exception fails the op and
+/// is stored on `w`); `co_await` yields fn's result or rethrows its exception.
+template <class F>
+  requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
+[[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
+                                                                     F&& fn, Context ctx = Context::cpu(),
+                                                                     OpAttrs attrs = {}) {
+  using D = std::decay_t<F>;
+  using R = detail::fn_result_t<D>;
+  auto* st = detail::make_state<detail::FnState<D, R>>(std::forward<F>(fn));
+  detail::StateRef mine(st);
+  st->name = attrs.name;
+  engine.push_async(detail::FnBody<D, R>(st), ctx, r, w, attrs);
+  mine.release();
+  return OpAwaitable<R>(st);
+}
+
+/// The non-blocking counterpart of Engine::wait_for_var: resumes once every
+/// write pushed on `var` before this call has finished (pushed now: an async
+/// read of var whose body completes at once; it runs inline where it becomes
+/// ready). If var carries an error, throws ordo::SkippedError (the original
+/// exception is not reachable without blocking; it is not cleared from var).
+[[nodiscard]] inline OpAwaitable<void> wait_for(Engine& engine, Var var) {
+  return push(engine, reads(var), writes(), [] {}, Context::cpu(),
+              OpAttrs{.prop = FnProperty::async, .name = "wait_for"});
+}
+
+}  // namespace ordo

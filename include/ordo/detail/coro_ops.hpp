@@ -1,0 +1,217 @@
+// ordo/detail/coro_ops.hpp - the shared state behind ordo::push awaitables
+// and the bodies of the ops they push. Internal (see ordo/coro.hpp).
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/context.hpp"
+#include "ordo/detail/coro_runtime.hpp"
+#include "ordo/error.hpp"
+#include "ordo/on_complete.hpp"
+
+namespace ordo {
+namespace detail {
+
+inline constexpr std::uintptr_t kOpPending = 0;    ///< nobody finished, nobody waits
+inline constexpr std::uintptr_t kOpReady = 1;      ///< outcome published
+inline constexpr std::uintptr_t kOpAbandoned = 2;  ///< the awaitable is gone
+// Any other value: the address of the coroutine waiting for the outcome.
+
+/// State shared by an awaitable and the body of its op (one allocation from
+/// the frame allocator). The outcome fields are written before `word` is
+/// set to kOpReady (release) and read after it is seen (acquire).
+struct OpState {
+  std::atomic<std::uintptr_t> word{kOpPending};
+  std::atomic<int> refs{2};  ///< the awaitable (or the pushing factory) + the op body
+  void (*destroy)(OpState*) noexcept = nullptr;
+  const char* name = nullptr;
+  std::exception_ptr error;  ///< outcome: fn's exception or SkippedError
+  RunContext rc{};
+  OnComplete done{};  ///< access form: completes the op
+
+  void unref() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
+  }
+  /// Publishes the outcome and resumes the waiting coroutine, if any.
+  /// Returns false if the awaitable was abandoned.
+  bool publish() noexcept {
+    const std::uintptr_t prev = word.exchange(kOpReady, std::memory_order_acq_rel);
+    if (prev == kOpAbandoned) return false;
+    if (prev != kOpPending) resume(std::coroutine_handle<>::from_address(reinterpret_cast<void*>(prev)));
+    return true;
+  }
+  /// The op completed without running its body: the engine skipped it
+  /// (defined in ordo/coro.hpp, with SkippedError).
+  void skipped() noexcept;
+};
+
+template <class S, class... A>
+S* make_state(A&&... args) {
+  void* p = frame_alloc(sizeof(S));
+  try {
+    S* s = ::new (p) S(std::forward<A>(args)...);
+    s->destroy = [](OpState* b) noexcept {
+      static_cast<S*>(b)->~S();
+      frame_free(b, sizeof(S));
+    };
+    return s;
+  } catch (...) {
+    frame_free(p, sizeof(S));
+    throw;
+  }
+}
+
+/// Owns one reference to an OpState.
+class StateRef {
+ public:
+  explicit StateRef(OpState* s) noexcept : s_(s) {}
+  StateRef(StateRef&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  StateRef& operator=(StateRef&&) = delete;
+  ~StateRef() {
+    if (s_ != nullptr) s_->unref();
+  }
+  OpState* get() const noexcept { return s_; }
+  OpState* release() noexcept { return std::exchange(s_, nullptr); }
+
+ private:
+  OpState* s_;
+};
+
+/// Body of an access-form op: publishes the grant, or releases at once if
+/// the awaitable is gone. Destroyed without having run: the op was skipped.
+struct LeaseBody {
+  StateRef st;
+  void operator()(const RunContext& rc, OnComplete done) noexcept {
+    StateRef s(st.release());
+    s.get()->rc = rc;
+    s.get()->done = done;
+    if (!s.get()->publish()) {
+      try {
+        done();
+      } catch (...) {
+      }
+    }
+  }
+  LeaseBody(LeaseBody&&) noexcept = default;
+  explicit LeaseBody(OpState* s) noexcept : st(s) {}
+  ~LeaseBody() {
+    if (st.get() != nullptr) st.get()->skipped();
+  }
+};
+
+template <class R>
+using fn_storage_t = std::conditional_t<std::is_void_v<R>, std::optional<bool>, std::optional<R>>;
+
+/// The part of a function-form state the awaitable reads (fn's type erased).
+template <class R>
+struct ResultState : OpState {
+  fn_storage_t<R> result;
+};
+
+template <class F, class R>
+struct FnState : ResultState<R> {
+  template <class G>
+  explicit FnState(G&& g) : fn(std::forward<G>(g)) {}
+  F fn;
+};
+
+/// Body of a function-form op: runs fn, completes the op, then resumes the
+/// awaiting coroutine (on this worker) with the result.
+template <class F, class R>
+struct FnBody {
+  StateRef st;
+  void operator()(const RunContext& rc, OnComplete done) noexcept {
+    StateRef s(st.release());
+    auto* fs = static_cast<FnState<F, R>*>(s.get());
+    fs->rc = rc;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        call(fs->fn, rc);
+        fs->result.emplace(true);
+      } else {
+        fs->result.emplace(call(fs->fn, rc));
+      }
+    } catch (...) {
+      fs->error = std::current_exception();
+    }
+    try {
+      if (fs->error) {
+        done(fs->error);
+      } else {
+        done();
+      }
+    } catch (...) {
+    }
+    fs->publish();
+  }
+  FnBody(FnBody&&) noexcept = default;
+  explicit FnBody(OpState* s) noexcept : st(s) {}
+  ~FnBody() {
+    if (st.get() != nullptr) st.get()->skipped();
+  }
+  static decltype(auto) call(F& f, const RunContext& rc) {
+    if constexpr (std::is_invocable_v<F&, const RunContext&>) {
+      return std::invoke(f, rc);
+    } else {
+      return std::invoke(f);
+    }
+  }
+};
+
+/// The await protocol both awaitables share. One atomic word settles the
+/// race between the grant (op body, any thread) and the co_await.
+class OpAwaitBase {
+ public:
+  OpAwaitBase(OpAwaitBase&& o) noexcept : st_(std::exchange(o.st_, nullptr)), consumed_(o.consumed_) {}
+  OpAwaitBase& operator=(OpAwaitBase&&) = delete;
+
+  bool await_ready() const noexcept {
+    return st_ == nullptr || consumed_ || st_->word.load(std::memory_order_acquire) == kOpReady;
+  }
+  bool await_suspend(std::coroutine_handle<> h) noexcept {
+    std::uintptr_t expected = kOpPending;
+    // Fails only if the outcome was published meanwhile: then do not suspend.
+    return st_->word.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(h.address()),
+                                             std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+
+ protected:
+  explicit OpAwaitBase(OpState* st) noexcept : st_(st) {}
+  ~OpAwaitBase() = default;
+  /// Marks the outcome consumed; throws for misuse or the op's error.
+  OpState& consume() {
+    if (st_ == nullptr) throw Error(Errc::invalid_argument, "co_await on a moved-from ordo::push awaitable");
+    if (consumed_) throw Error(Errc::invalid_argument, "an ordo::push awaitable was awaited twice");
+    consumed_ = true;
+    if (st_->error) std::rethrow_exception(st_->error);
+    return *st_;
+  }
+  /// Drops the awaitable; returns true if the outcome is ready and unconsumed
+  /// (then the caller owns what the outcome holds).
+  bool abandon() noexcept {
+    if (st_ == nullptr) return false;
+    bool ready_unconsumed = false;
+    if (!consumed_) {
+      ready_unconsumed = st_->word.exchange(kOpAbandoned, std::memory_order_acq_rel) == kOpReady;
+    }
+    return ready_unconsumed;
+  }
+  void drop() noexcept {
+    if (st_ != nullptr) std::exchange(st_, nullptr)->unref();
+  }
+
+  OpState* st_;
+  bool consumed_ = false;
+};
+
+}  // namespace detail
+
+}  // namespace ordo
