@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -50,7 +49,7 @@ class Recycler {
   struct Global {
     std::mutex mutex;
     std::vector<T*> chains;                   ///< null-terminated chains of free records
-    std::vector<std::unique_ptr<T[]>> slabs;  ///< every record ever made (keeps them reachable)
+    std::vector<T*> slabs;  ///< every slab ever made, never freed (kept reachable)
   };
 
   static Global& global() {
@@ -104,12 +103,13 @@ class Recycler {
         for (T* p = head; p != nullptr; p = p->next) ++count;
         return;
       }
-      auto slab = std::make_unique<T[]>(kBatch);
+      g.slabs.reserve(g.slabs.size() + 1);
+      T* slab = new T[kBatch]();
       for (std::size_t i = 0; i + 1 < kBatch; ++i) slab[i].next = &slab[i + 1];
       slab[kBatch - 1].next = nullptr;
-      head = &slab[0];
+      head = slab;
       count = kBatch;
-      g.slabs.push_back(std::move(slab));
+      g.slabs.push_back(slab);
     }
   };
 
