@@ -96,7 +96,7 @@ void engines() {
   // [snippet:engines]
   ordo::Engine debug(ordo::Options{.kind = ordo::EngineKind::naive});  // inline, in push order
   ordo::Engine pooled(ordo::Options{.kind = ordo::EngineKind::pooled, .cpu_workers = 4});
-  ordo::Engine unbounded(ordo::Options{.max_in_flight = 0});  // default: 65536 ops in flight
+  ordo::Engine unbounded(ordo::Options{.max_in_flight = 0});  // default: 4096 ops in flight
   ordo::Engine chosen(ordo::Options::from_env());  // ORDO_ENGINE=naive|pooled|per_device, ...
   // [end]
 }

@@ -14,6 +14,7 @@ namespace {
 // Spin briefly before sleeping: long enough to catch the next op of a busy
 // pusher, short enough not to steal a core from it on an oversubscribed machine.
 constexpr int kSpinRounds = 256;
+constexpr int kPauseRounds = 32;
 // Most ops a worker takes from the queue at once.
 constexpr std::int64_t kMaxBatch = 16;
 }  // namespace
@@ -152,7 +153,14 @@ OpRecord* WorkerPool::spin() {
   spinning_.fetch_add(1, std::memory_order_seq_cst);
   OpRecord* op = nullptr;
   for (int i = 0; op == nullptr && i < kSpinRounds; ++i) {
-    cpu_relax();
+    // Pause briefly, then yield: with more runnable threads than cores (a
+    // pusher beside one worker per core) the pusher may be waiting for this
+    // core, and it is the one that makes work.
+    if (i < kPauseRounds) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
     if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
   }
   spinning_.fetch_sub(1, std::memory_order_seq_cst);

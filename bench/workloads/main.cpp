@@ -44,7 +44,7 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
   --no-fork              measure in-process (no per-figure peak RSS; for profilers)
   --timeout S            give up on a figure after S seconds (default 300)
   --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
-                         (default: Options{}.max_in_flight, 65536; 0: unbounded)
+                         (default: Options{}.max_in_flight, 4096; 0: unbounded)
   --wait-quiet S         before each figure, wait up to S seconds for the rest of the
                          machine to use less than 0.25 cores, and measure a figure again
                          (at most twice; the quietest attempt is kept) when something else

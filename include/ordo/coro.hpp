@@ -60,6 +60,9 @@ namespace ordo {
 /// variables carries an error. code() is Errc::cancelled. The original
 /// exception is not available to the coroutine (an engine gap: OnComplete
 /// bodies are not told the inherited error); it stays on the variables.
+///
+/// @par Thread safety
+/// An immutable exception object.
 class SkippedError : public Error {
  public:
   explicit SkippedError(const std::string& what) : Error(Errc::cancelled, what) {}
@@ -91,7 +94,8 @@ class LeaseAwaitable;
 ///    failed by the task's unhandled_exception(), where the exception is
 ///    known; if the task catches it, or outside a Task, or for a lease moved
 ///    after co_await, with an ordo::Error{Errc::cancelled} instead).
-/// Move-only.
+/// Move-only. A lease must not outlive the coroutine that awaited it without
+/// being moved (a moved lease no longer refers to that coroutine).
 ///
 /// @par Thread safety
 /// Not thread-safe: one owner at a time (moving it to another thread is
@@ -183,10 +187,18 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
     }
     drop();
   }
-  Lease await_resume() {
-    detail::OpState& s = consume();
-    return Lease(s.done, s.rc, owner_);
-  }
+  /// `co_await aw` (lvalue or rvalue): the awaiter refers to this object.
+  struct Awaiter {
+    LeaseAwaitable* self;
+    bool await_ready() const noexcept { return self->ready(); }
+    bool await_suspend(std::coroutine_handle<> h) const noexcept { return self->suspend(h); }
+    Lease await_resume() const {
+      detail::OpState& s = self->consume();
+      return Lease(s.done, s.rc, self->owner_);
+    }
+  };
+  Awaiter operator co_await() & noexcept { return Awaiter{this}; }
+  Awaiter operator co_await() && noexcept { return Awaiter{this}; }
   /// Called by the awaiting Task's await_transform.
   void ordo_bind_owner(detail::PromiseBase* p) noexcept { owner_ = p; }
 
@@ -210,10 +222,18 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
     (void)abandon();  // the op completes by itself; the result is dropped with the state
     drop();
   }
-  R await_resume() {
-    detail::OpState& s = consume();
-    if constexpr (!std::is_void_v<R>) return std::move(*static_cast<detail::ResultState<R>&>(s).result);
-  }
+  /// `co_await aw` (lvalue or rvalue): the awaiter refers to this object.
+  struct Awaiter {
+    OpAwaitable* self;
+    bool await_ready() const noexcept { return self->ready(); }
+    bool await_suspend(std::coroutine_handle<> h) const noexcept { return self->suspend(h); }
+    R await_resume() const {
+      detail::OpState& s = self->consume();
+      if constexpr (!std::is_void_v<R>) return std::move(*static_cast<detail::ResultState<R>&>(s).result);
+    }
+  };
+  Awaiter operator co_await() & noexcept { return Awaiter{this}; }
+  Awaiter operator co_await() && noexcept { return Awaiter{this}; }
 
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit OpAwaitable(detail::ResultState<R>* st) noexcept : OpAwaitBase(st) {}
@@ -221,8 +241,11 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 
 /// Access form: pushes an op reading `r` and mutating `w` now; `co_await`
 /// resumes the coroutine on the worker that granted it (routed by ctx and
-/// attrs.prop like any op) with a Lease; the op runs until the lease is
-/// released. Throws ordo::Error at once for misuse (deleted variable, ...).
+/// attrs.prop like any op; the coroutine runs inside that op's body) with a
+/// Lease; the op runs until the lease is released. If the op was granted
+/// before the co_await, the coroutine does not suspend and goes on where it
+/// is. Throws ordo::Error at once for misuse (deleted variable, ...).
+/// Holding a lease while awaiting an op that conflicts with it deadlocks.
 [[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),
                                          OpAttrs attrs = {}) {
   detail::StateRef mine(detail::make_state<detail::OpState>());
@@ -239,6 +262,9 @@ using fn_result_t = std::remove_cvref_t<decltype(FnBody<F, void>::call(std::decl
 /// Function form: pushes `fn` (callable as R(RunContext) or R()) as an op now,
 /// with push_sync semantics (runs on a worker; an exception fails the op and
 /// is stored on `w`); `co_await` yields fn's result or rethrows its exception.
+/// The op is complete (its variables released) before the coroutine resumes,
+/// on the worker that ran fn. fn is stored in a recycled shared state, not in
+/// the op record, so captures of any size cost no extra allocation.
 template <class F>
   requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
 [[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,

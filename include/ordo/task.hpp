@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <coroutine>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -46,6 +47,26 @@ template <class T = void>
 class Task;
 
 namespace detail {
+
+/// An awaiter that is its own awaitable (no operator co_await).
+template <class A>
+concept plain_awaiter = requires(A& a) { a.await_ready(); } && !requires(A&& a) {
+  static_cast<A&&>(a).operator co_await();
+} && !requires(A&& a) { operator co_await(static_cast<A&&>(a)); };
+
+/// Refers to a plain awaiter. await_transform hands this out instead of the
+/// awaiter itself because g++ 12 copies an awaiter that await_transform
+/// returns by reference (the co_await would then work on a copy).
+template <class A>
+struct AwaiterRef {
+  A* a;
+  decltype(auto) await_ready() { return a->await_ready(); }
+  template <class P>
+  decltype(auto) await_suspend(std::coroutine_handle<P> h) {
+    return a->await_suspend(h);
+  }
+  decltype(auto) await_resume() { return a->await_resume(); }
+};
 
 /// What every Task promise shares: the continuation, the exception, and the
 /// leases parked by destructors that ran during exception unwinding (see
@@ -77,12 +98,16 @@ class PromiseBase : public FrameAllocated {
   /// Every co_await in a Task goes through here: leases parked since the last
   /// one are failed, and engine awaitables learn which promise awaits them.
   template <class A>
-  A&& await_transform(A&& a) noexcept {
+  decltype(auto) await_transform(A&& a) noexcept {
     if (!parked_.empty()) fail_parked_generic();
-    if constexpr (requires { a.ordo_bind_owner(static_cast<PromiseBase*>(this)); }) {
+    if constexpr (requires(PromiseBase* self) { a.ordo_bind_owner(self); }) {
       a.ordo_bind_owner(this);
     }
-    return static_cast<A&&>(a);
+    if constexpr (plain_awaiter<std::remove_reference_t<A>>) {
+      return AwaiterRef<std::remove_reference_t<A>>{std::addressof(a)};  // a temporary lives to the end of the co_await
+    } else {
+      return static_cast<A&&>(a);
+    }
   }
 
   /// A lease destroyed by exception unwinding in this coroutine hands its

@@ -233,7 +233,7 @@ TEST(Backpressure, HeldPusherGoesOnWhenOnlyItCanUnblockTheEngine) {
 }
 
 TEST(Backpressure, DefaultBoundIsOnAndCanBeTurnedOff) {
-  EXPECT_EQ(Options{}.max_in_flight, std::size_t{1} << 16);
+  EXPECT_EQ(Options{}.max_in_flight, 4096U);
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});
   Var v = engine.new_variable();
   Gate gate;

@@ -173,19 +173,19 @@ class OpAwaitBase {
   OpAwaitBase(OpAwaitBase&& o) noexcept : st_(std::exchange(o.st_, nullptr)), consumed_(o.consumed_) {}
   OpAwaitBase& operator=(OpAwaitBase&&) = delete;
 
-  bool await_ready() const noexcept {
+ protected:
+  explicit OpAwaitBase(OpState* st) noexcept : st_(st) {}
+  ~OpAwaitBase() = default;
+
+  bool ready() const noexcept {
     return st_ == nullptr || consumed_ || st_->word.load(std::memory_order_acquire) == kOpReady;
   }
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  bool suspend(std::coroutine_handle<> h) noexcept {
     std::uintptr_t expected = kOpPending;
     // Fails only if the outcome was published meanwhile: then do not suspend.
     return st_->word.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(h.address()),
                                              std::memory_order_acq_rel, std::memory_order_acquire);
   }
-
- protected:
-  explicit OpAwaitBase(OpState* st) noexcept : st_(st) {}
-  ~OpAwaitBase() = default;
   /// Marks the outcome consumed; throws for misuse or the op's error.
   OpState& consume() {
     if (st_ == nullptr) throw Error(Errc::invalid_argument, "co_await on a moved-from ordo::push awaitable");
