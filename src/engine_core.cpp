@@ -704,7 +704,7 @@ void EngineCore::wait_for_var(Var var) {
   if (ts.running != nullptr && ts.running->engine == this) {
     throw Error(Errc::wait_inside_op, "wait_for_var called from inside " + op_label(ts.running->name) +
                                           " of the same engine: it would wait for itself; push a dependent op "
-                                          "(or co_await engine.wait_for(var) in a coroutine) instead");
+                                          "(or, in a coroutine, co_await ordo::wait_for(engine, var)) instead");
   }
   AccessSpec spec{checked_record(var), VarRecord::gen_of(var), false};
   VarWaiter waiter;

@@ -35,7 +35,15 @@
 // passed to Lease::fail, or unwinding through a held Lease fails the op with
 // that exception: the engine stores it on the variables the op mutates (and
 // reports it, like any op error, if no wait ever rethrows it), and it
-// propagates to the coroutine's awaiter.
+// propagates to the coroutine (for a lease: through the unwinding) and, if
+// uncaught there, to the task's awaiter.
+//
+// RULES. A coroutine resumed by a grant runs inside that op's body
+// (Engine::inside_op() is true): blocking waits on the same engine throw
+// Errc::wait_inside_op there; co_await instead. A coroutine holding a lease
+// must not await an op that conflicts with it (it would wait for itself).
+// Every coroutine using an engine must have finished before the engine is
+// destroyed: spawn them in an AsyncScope declared after the engine and join it.
 #pragma once
 
 #include <atomic>

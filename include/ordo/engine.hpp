@@ -53,7 +53,9 @@ class Operator {
 ///
 /// Errors. An exception thrown by an op body (or passed to OnComplete) is
 /// stored. Ops whose reads or writes carry an error are skipped (unless
-/// OpAttrs::always_run) and pass it on to the variables they mutate.
+/// OpAttrs::always_run) and pass it on to the variables they mutate. A
+/// skipped op's body is never called, only destroyed: this is guaranteed (the
+/// coroutine layer relies on it to tell a skip from a run).
 /// wait_for_var(v) rethrows v's error and clears it from v; wait_for_all()
 /// rethrows the first error not yet rethrown by any wait (an op with no
 /// outputs included) and clears the errors of all variables. An error that no
