@@ -193,11 +193,9 @@ Var EngineCore::new_variable() {
   return VarRecord::handle(v);
 }
 
-VarRecord* EngineCore::checked_record(const Var& var) const {
+void EngineCore::bad_record(const Var& var) const {
   if (var.empty()) throw Error(Errc::empty_var, "an empty (default-constructed) Var was used");
-  VarRecord* v = VarRecord::of(var);
-  if (v->engine != this) throw Error(Errc::foreign_var, "var " + std::to_string(var.id()) + " belongs to another engine");
-  return v;
+  throw Error(Errc::foreign_var, "var " + std::to_string(var.id()) + " belongs to another engine");
 }
 
 std::uint64_t EngineCore::var_version(Var var) {
@@ -233,6 +231,7 @@ std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out
   };
   for (const Var& v : writes) add(v, true);
   for (const Var& v : reads) add(v, false);
+  if (n <= 1) return n;  // the common single-variable push: nothing to sort or merge
   auto less = [](const AccessSpec& a, const AccessSpec& b) { return std::less<>{}(a.var, b.var); };
   if (n <= 16) {
     for (std::size_t i = 1; i < n; ++i) {
@@ -310,19 +309,22 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (op->kind != OpKind::wait_var) throttle();
+  if (opts_.max_in_flight != 0 && op->kind != OpKind::wait_var &&
+      in_flight_.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(opts_.max_in_flight)) {
+    throttle();
+  }
   in_flight_.fetch_add(1, std::memory_order_relaxed);
 
   // Lock every variable in address order (the global lock order), so the
   // whole push is one atomic step with respect to every other push.
-  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.lock();
   for (std::size_t i = 0; i < n; ++i) {
-    if (specs[i].var->gen != specs[i].gen) {
-      const std::uint32_t id = specs[i].var->id;
-      for (std::size_t j = 0; j < n; ++j) specs[j].var->lock.unlock();
+    VarRecord* v = specs[i].var;
+    v->lock.lock();
+    if (v->gen != specs[i].gen) [[unlikely]] {
+      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
       op_finished();
       throw Error(Errc::deleted_var,
-                  "push of " + op_label(attrs.name) + ": var " + std::to_string(id) + " was deleted");
+                  "push of " + op_label(attrs.name) + ": var " + std::to_string(v->id) + " was deleted");
     }
   }
   std::int32_t granted = 0;

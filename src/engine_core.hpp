@@ -55,7 +55,14 @@ class EngineCore {
   // Variables.
   Var new_variable();
   std::uint64_t var_version(Var var);
-  VarRecord* checked_record(const Var& var) const;
+  /// The record behind `var`, or throws (empty handle, another engine's).
+  /// Deletion is checked later, under the variable's lock.
+  VarRecord* checked_record(const Var& var) const {
+    VarRecord* v = VarRecord::of(var);
+    if (v != nullptr && v->engine == this) [[likely]] return v;
+    bad_record(var);
+  }
+  [[noreturn]] void bad_record(const Var& var) const;
 
   // Pushing.
   void submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs);
