@@ -1,7 +1,20 @@
-// A program outside the ordo tree, built against an installed ordo.
+// A program outside the ordo tree, built against an installed ordo: the
+// engine (ordo::core) and the header-only coroutine layer.
+#include <ordo/coro.hpp>
 #include <ordo/ordo.hpp>
+#include <ordo/task.hpp>
 
 #include <cstdio>
+
+namespace {
+
+ordo::Task<int> add_one(ordo::Engine& engine, ordo::Var v, int& value) {
+  ordo::Lease lease = co_await ordo::push(engine, ordo::reads(), ordo::writes(v));
+  value += 1;
+  co_return value;
+}
+
+}  // namespace
 
 int main() {
   ordo::Engine engine;
@@ -9,6 +22,7 @@ int main() {
   int value = 0;
   for (int i = 0; i < 100; ++i) engine.push_sync([&value] { value += 1; }, ordo::Context::cpu(), {}, {v});
   engine.wait_for_var(v);
-  std::printf("consumer: value=%d\n", value);
-  return value == 100 ? 0 : 1;
+  const int after = ordo::sync_wait(add_one(engine, v, value));
+  std::printf("consumer: value=%d after coroutine=%d\n", value, after);
+  return value == 101 && after == 101 ? 0 : 1;
 }
