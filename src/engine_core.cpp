@@ -270,14 +270,14 @@ void EngineCore::throttle() {
   const ThreadState& ts = t_state;
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
-  if (in_flight_.load(std::memory_order_relaxed) < static_cast<std::int64_t>(opts_.max_in_flight)) return;
+  if (held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight)) return;
   std::unique_lock lock(idle_mutex_);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
   // Wait while the engine can make progress without this thread. If every
   // worker is idle with ops still in flight, those ops wait for something
   // outside the engine (an async completion, maybe one this thread will
   // trigger later): then the pusher goes on rather than deadlock.
-  while (in_flight_.load(std::memory_order_seq_cst) > low_water_ && !all_idle()) idle_cv_.wait(lock);
+  while (held_back_count() > low_water_ && !all_idle()) idle_cv_.wait(lock);
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -310,7 +310,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
   if (opts_.max_in_flight != 0 && op->kind != OpKind::wait_var &&
-      in_flight_.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(opts_.max_in_flight)) {
+      held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
     throttle();
   }
   in_flight_.fetch_add(1, std::memory_order_relaxed);
@@ -534,6 +534,8 @@ void EngineCore::execute(OpRecord* op) {
   }
   std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
   op->body.store(1, std::memory_order_relaxed);
+  op->async_started = true;
+  async_started_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr thrown;
   try {
     fn.invoke_async(rc, op->completion());
@@ -596,6 +598,10 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   ErrorRecord* outcome = own_error;
   if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
 
+  if (op->async_started) {
+    op->async_started = false;
+    async_started_.fetch_sub(1, std::memory_order_relaxed);
+  }
   ReadyList ready;
   VarRecord* deleted = nullptr;
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
@@ -642,7 +648,15 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
 
 bool EngineCore::must_notify(std::int64_t after) const noexcept {
   return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
-         (after <= low_water_ && throttle_waiters_.load(std::memory_order_seq_cst) > 0);
+         (throttle_waiters_.load(std::memory_order_seq_cst) > 0 &&
+          after - async_started_.load(std::memory_order_relaxed) <= low_water_);
+}
+
+std::int64_t EngineCore::held_back_count() const noexcept {
+  // Ops in flight, less async ops whose body has started: those wait on
+  // something outside the engine (I/O, a coroutine holding a lease) and may
+  // stay for long; holding pushers back for them would stall the engine.
+  return in_flight_.load(std::memory_order_seq_cst) - async_started_.load(std::memory_order_relaxed);
 }
 
 void EngineCore::op_finished() noexcept {

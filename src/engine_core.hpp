@@ -111,6 +111,7 @@ class EngineCore {
   void run_later(OpRecord* op);
   void op_finished() noexcept;
   bool must_notify(std::int64_t after) const noexcept;
+  std::int64_t held_back_count() const noexcept;
   void subtract_finished(std::int64_t n) noexcept;
   bool live(const ErrorRecord* e) const noexcept {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
@@ -149,6 +150,9 @@ class EngineCore {
   // seq_cst between the decrement and the waiter-count loads (Dekker with the
   // waiters, who increment their count and then load in_flight_).
   std::atomic<std::int64_t> in_flight_{0};
+  /// Async ops whose body started and that have not completed (see
+  /// held_back_count); relaxed: a hint for backpressure only.
+  std::atomic<std::int64_t> async_started_{0};
   std::atomic<int> idle_waiters_{0};
   std::atomic<int> throttle_waiters_{0};
   std::mutex idle_mutex_;

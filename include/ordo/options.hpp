@@ -35,7 +35,9 @@ struct Options {
   unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device
   unsigned gpu_copy_workers = 1;       ///< per_device: workers per copy direction per GPU device
   /// Backpressure: when > 0, a thread that pushes while this many ops are in
-  /// flight blocks until the count falls to half of it, so a pusher far ahead
+  /// flight (not counting async ops whose body has started: they wait on
+  /// something outside the engine, such as I/O or a coroutine holding a
+  /// lease) blocks until the count falls to half of it, so a pusher far ahead
   /// of the workers keeps memory flat (an op record is ~224 bytes). It never
   /// blocks when that could deadlock: pushes from inside an op or from a
   /// worker are not held back, and a held pusher goes on as soon as every

@@ -232,6 +232,43 @@ TEST(Backpressure, HeldPusherGoesOnWhenOnlyItCanUnblockTheEngine) {
   EXPECT_EQ(ran.load(), 1000);
 }
 
+TEST(Backpressure, StartedAsyncOpsDoNotHoldPushersBack) {
+  // 100 async ops started and waiting on the outside (e.g. I/O, or
+  // coroutines holding leases) must not count against a bound of 8, or the
+  // pusher below would be stuck while one worker is busy in a gated op.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 8});
+  std::vector<OnComplete> held;
+  std::mutex held_mutex;
+  for (int i = 0; i < 100; ++i) {
+    Var v = engine.new_variable();
+    engine.push_async([&](RunContext, OnComplete done) {
+      std::lock_guard lock(held_mutex);
+      held.push_back(done);
+    }, Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  }
+  Gate gate;
+  Counter gated_started;
+  Var g = engine.new_variable();
+  engine.push_sync([&] { gated_started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {g});
+  ASSERT_TRUE(gated_started.wait_for(1));
+  Counter pushed;
+  std::atomic<int> ran{0};
+  std::thread pusher([&] {
+    Var w = engine.new_variable();
+    for (int i = 0; i < 200; ++i) engine.push_sync([&] { ran.fetch_add(1); }, Context::cpu(), {}, {w});
+    pushed.arrive();
+  });
+  EXPECT_TRUE(pushed.wait_for(1, std::chrono::seconds(30))) << "pusher held back by started async ops";
+  gate.open();
+  pusher.join();
+  {
+    std::lock_guard lock(held_mutex);
+    for (auto& done : held) done();
+  }
+  engine.wait_for_all();
+  EXPECT_EQ(ran.load(), 200);
+}
+
 TEST(Backpressure, DefaultBoundIsOnAndCanBeTurnedOff) {
   EXPECT_EQ(Options{}.max_in_flight, 4096U);
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});

@@ -58,6 +58,11 @@ struct OpRecord {
   OpKind kind = OpKind::fn;
   FnProperty prop = FnProperty::normal;
   bool always_run = false;
+  /// Async body started and not yet completed: not counted by backpressure
+  /// (it waits on something outside the engine). Written by the executing
+  /// thread before the body runs, read by the completing one (ordered by the
+  /// OnComplete hand-off).
+  bool async_started = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
