@@ -38,6 +38,30 @@
 // propagates to the coroutine (for a lease: through the unwinding) and, if
 // uncaught there, to the task's awaiter.
 //
+// CANCELLATION. Both forms of push (and wait_for) take an optional
+// std::stop_token. A stop requested while the op is still pending (not yet
+// granted) resumes the awaiting coroutine at once, on the thread that called
+// request_stop (inside its stop callback; or on the resume_on executor), with
+// ordo::CancelledError (Errc::cancelled, naming the op if it has a name); a
+// co_await after the stop throws it without suspending. The op stays queued:
+// when its grant comes, it completes at once as a successful no-op (no user
+// code runs, fn is not called, nothing is stored on its variables; a writer
+// still counts in var_version), so the engine's queues stay consistent and
+// later ops on its variables run in push order. The grant and the stop race
+// on one atomic flag: exactly one wins. A stop requested after the grant
+// (the lease is held, or fn has started) has no effect on that op. A token
+// that can never be stopped (the default) costs nothing.
+//
+// WHERE COROUTINES RESUME. By default a coroutine continues on the thread
+// that completed what it awaited: the worker that granted the op (access
+// form), the worker that ran fn (function form), the thread that requested
+// the stop (cancellation); or where it was, if the op was granted before the
+// co_await. `co_await push(...).resume_on(ex)` instead always continues on
+// executor `ex` (anything with ex.post(void() callable), see Executor), even
+// if the op was already granted. A lease held on an executor thread is still
+// the op's: the op runs until it is released (Engine::inside_op() is false
+// there, so nothing stops a blocking wait: do not block anyway).
+//
 // RULES. A coroutine resumed by a grant runs inside that op's body
 // (Engine::inside_op() is true): blocking waits on the same engine throw
 // Errc::wait_inside_op there; co_await instead. A coroutine holding a lease
@@ -52,6 +76,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -76,8 +101,43 @@ class SkippedError : public Error {
   explicit SkippedError(const std::string& what) : Error(Errc::cancelled, what) {}
 };
 
+/// Thrown into a coroutine whose co_await'ed push was cancelled through its
+/// std::stop_token before the op was granted. code() is Errc::cancelled;
+/// what() names the op if it has a name (OpAttrs::name). The op itself still
+/// completes in push order, as a no-op (see ordo::push).
+///
+/// @par Thread safety
+/// An immutable exception object.
+class CancelledError : public Error {
+ public:
+  explicit CancelledError(const std::string& what) : Error(Errc::cancelled, what) {}
+};
+
+/// Where a coroutine continues after `co_await push(...).resume_on(ex)`: any
+/// object with `ex.post(task)`, where task is a copyable `void()` callable
+/// (it converts to std::function<void()> or to a move-only function). post
+/// must run the task exactly once, on a thread of its choosing, and must not
+/// block waiting for the engine; it may throw (the coroutine is then resumed
+/// inline instead). A task that is destroyed without being run leaks its
+/// coroutine (it never resumes).
+template <class E>
+concept Executor = requires(E& ex, detail::ResumeTask task) { ex.post(task); };
+
 namespace detail {
+inline void OpState::cancel() noexcept {
+  if (!cancellable || settled.exchange(true, std::memory_order_acq_rel)) return;  // the grant (or skip) won
+  try {
+    error = std::make_exception_ptr(CancelledError(
+        std::string("ordo: ") + (name != nullptr ? std::string("op '") + name + "'" : std::string("an op")) +
+        " awaited by a coroutine was cancelled before it was granted (its stop_token was stopped)"));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  publish();
+}
+
 inline void OpState::skipped() noexcept {
+  if (!claim()) return;  // cancelled first: the coroutine already has its outcome
   try {
     error = std::make_exception_ptr(SkippedError(
         std::string("ordo: ") + (name != nullptr ? std::string("op '") + name + "'" : std::string("an op")) +
@@ -207,6 +267,20 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
   };
   Awaiter operator co_await() & noexcept { return Awaiter{this}; }
   Awaiter operator co_await() && noexcept { return Awaiter{this}; }
+  /// `co_await push(...).resume_on(ex)`: the coroutine continues on `ex`
+  /// (see Executor) instead of the worker that granted the op, even if the
+  /// op was granted before the co_await. Call before awaiting; `ex` must
+  /// outlive the await.
+  template <Executor E>
+  LeaseAwaitable& resume_on(E& ex) & {
+    set_executor(ex);
+    return *this;
+  }
+  template <Executor E>
+  LeaseAwaitable&& resume_on(E& ex) && {
+    set_executor(ex);
+    return std::move(*this);
+  }
   /// Called by the awaiting Task's await_transform.
   void ordo_bind_owner(detail::PromiseBase* p) noexcept { owner_ = p; }
 
@@ -242,6 +316,17 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
   };
   Awaiter operator co_await() & noexcept { return Awaiter{this}; }
   Awaiter operator co_await() && noexcept { return Awaiter{this}; }
+  /// As LeaseAwaitable::resume_on: the coroutine continues on `ex`.
+  template <Executor E>
+  OpAwaitable& resume_on(E& ex) & {
+    set_executor(ex);
+    return *this;
+  }
+  template <Executor E>
+  OpAwaitable&& resume_on(E& ex) && {
+    set_executor(ex);
+    return std::move(*this);
+  }
 
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit OpAwaitable(detail::ResultState<R>* st) noexcept : OpAwaitBase(st) {}
@@ -254,12 +339,23 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 /// before the co_await, the coroutine does not suspend and goes on where it
 /// is. Throws ordo::Error at once for misuse (deleted variable, ...).
 /// Holding a lease while awaiting an op that conflicts with it deadlocks.
+///
+/// `stop`: see CANCELLATION in the header comment. A stop requested before
+/// the grant throws CancelledError from the co_await (at once: the waiting
+/// coroutine is resumed by the stop request); after the grant it has no effect.
 [[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),
-                                         OpAttrs attrs = {}) {
+                                         OpAttrs attrs = {}, const std::stop_token& stop = {}) {
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
+  mine.get()->cancellable = stop.stop_possible();
   engine.push_async(detail::LeaseBody(mine.get()), ctx, r, w, attrs);
+  mine.get()->arm(stop);
   return LeaseAwaitable(mine.release());
+}
+/// Access form with a stop token and the default context and attributes.
+[[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w,
+                                         const std::stop_token& stop) {
+  return push(engine, r, w, Context::cpu(), OpAttrs{}, stop);
 }
 
 namespace detail {
@@ -277,15 +373,25 @@ template <class F>
   requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
 [[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
                                                                      F&& fn, Context ctx = Context::cpu(),
-                                                                     OpAttrs attrs = {}) {
+                                                                     OpAttrs attrs = {},
+                                                                     const std::stop_token& stop = {}) {
   using D = std::decay_t<F>;
   using R = detail::fn_result_t<D>;
   auto* st = detail::make_state<detail::FnState<D, R>>(std::forward<F>(fn));
   detail::StateRef mine(st);
   st->name = attrs.name;
+  st->cancellable = stop.stop_possible();
   engine.push_async(detail::FnBody<D, R>(st), ctx, r, w, attrs);
+  st->arm(stop);
   mine.release();
   return OpAwaitable<R>(st);
+}
+/// Function form with a stop token and the default context and attributes.
+template <class F>
+  requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
+[[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
+                                                                     F&& fn, const std::stop_token& stop) {
+  return push(engine, r, w, std::forward<F>(fn), Context::cpu(), OpAttrs{}, stop);
 }
 
 /// The non-blocking counterpart of Engine::wait_for_var: resumes once every
@@ -293,9 +399,11 @@ template <class F>
 /// read of var whose body completes at once; it runs inline where it becomes
 /// ready). If var carries an error, throws ordo::SkippedError (the original
 /// exception is not reachable without blocking; it is not cleared from var).
-[[nodiscard]] inline OpAwaitable<void> wait_for(Engine& engine, Var var) {
+/// With `stop`: a stop requested before the writes finished throws
+/// CancelledError at once (the read op still completes in order, as a no-op).
+[[nodiscard]] inline OpAwaitable<void> wait_for(Engine& engine, Var var, const std::stop_token& stop = {}) {
   return push(engine, reads(var), writes(), [] {}, Context::cpu(),
-              OpAttrs{.prop = FnProperty::async, .name = "wait_for"});
+              OpAttrs{.prop = FnProperty::async, .name = "wait_for"}, stop);
 }
 
 }  // namespace ordo

@@ -18,7 +18,8 @@
 // Where coroutines run. A coroutine runs on the thread that resumes it: the
 // one that starts it (sync_wait's caller, spawn's caller), then whichever
 // thread completes what it awaits (for engine awaitables, see ordo/coro.hpp:
-// the worker that granted the op). While a thread runs coroutines, further
+// the worker that granted the op; the thread that requested a stop for a
+// cancelled push; or the executor named by resume_on). While a thread runs coroutines, further
 // resumptions on that thread are queued and run in FIFO order as soon as the
 // running coroutine suspends or finishes.
 //

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <new>
 #include <optional>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -25,33 +27,95 @@ inline constexpr std::uintptr_t kOpReady = 1;      ///< outcome published
 inline constexpr std::uintptr_t kOpAbandoned = 2;  ///< the awaitable is gone
 // Any other value: the address of the coroutine waiting for the outcome.
 
+struct OpState;
+
+/// The std::stop_callback of a cancellable push: cancels the op's awaitable.
+struct CancelFn {
+  OpState* s;
+  void operator()() const noexcept;
+};
+
+/// What an executor's post() receives: resumes one coroutine (through the
+/// trampoline of the thread that runs it). Copyable, so it converts to
+/// std::function<void()> as well as to move-only callables.
+struct ResumeTask {
+  std::coroutine_handle<> h;
+  void operator()() const { resume(h); }
+};
+
+/// Posts `h` to the executor at `ex` (type-erased); resumes it inline if
+/// post() throws (rather than losing the coroutine).
+template <class E>
+void post_resume(void* ex, std::coroutine_handle<> h) noexcept {
+  try {
+    static_cast<E*>(ex)->post(ResumeTask{h});
+  } catch (...) {
+    resume(h);
+  }
+}
+
 /// State shared by an awaitable and the body of its op (one allocation from
 /// the frame allocator). The outcome fields are written before `word` is
 /// set to kOpReady (release) and read after it is seen (acquire).
+///
+/// Cancellation (a push given a std::stop_token that can be stopped): the op
+/// body (grant or skip) and the stop callback race for `settled`; exactly one
+/// wins and publishes the outcome. A body that loses completes its op at once
+/// (a no-op success) without touching the outcome.
 struct OpState {
   std::atomic<std::uintptr_t> word{kOpPending};
   std::atomic<int> refs{2};  ///< the awaitable (or the pushing factory) + the op body
   void (*destroy)(OpState*) noexcept = nullptr;
   const char* name = nullptr;
-  std::exception_ptr error;  ///< outcome: fn's exception or SkippedError
+  std::exception_ptr error;  ///< outcome: fn's exception, SkippedError or CancelledError
   RunContext rc{};
   OnComplete done{};  ///< access form: completes the op
+  bool cancellable = false;  ///< set before the push; read by the body
+  std::atomic<bool> settled{false};  ///< cancellable only: the outcome's winner is decided
+  /// resume_on: how to hand the waiting coroutine to an executor (null: resume inline).
+  /// Set by the awaitable's owner before it suspends; read only by whoever
+  /// resumes a suspended waiter (ordered by `word`).
+  void (*post)(void*, std::coroutine_handle<>) noexcept = nullptr;
+  void* executor = nullptr;
+  /// The registered stop callback; owned (reset) by the awaitable side.
+  std::optional<std::stop_callback<CancelFn>> on_stop;
 
   void unref() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
+  }
+  /// True if the caller decides the outcome (always, when not cancellable).
+  bool claim() noexcept { return !cancellable || !settled.exchange(true, std::memory_order_acq_rel); }
+  /// Resumes a coroutine that suspended on this op: inline (through the
+  /// trampoline) or on the executor given by resume_on.
+  void resume_waiter(std::coroutine_handle<> h) noexcept {
+    if (post != nullptr) {
+      post(executor, h);
+    } else {
+      resume(h);
+    }
   }
   /// Publishes the outcome and resumes the waiting coroutine, if any.
   /// Returns false if the awaitable was abandoned.
   bool publish() noexcept {
     const std::uintptr_t prev = word.exchange(kOpReady, std::memory_order_acq_rel);
     if (prev == kOpAbandoned) return false;
-    if (prev != kOpPending) resume(std::coroutine_handle<>::from_address(reinterpret_cast<void*>(prev)));
+    if (prev != kOpPending) resume_waiter(std::coroutine_handle<>::from_address(reinterpret_cast<void*>(prev)));
     return true;
   }
   /// The op completed without running its body: the engine skipped it
   /// (defined in ordo/coro.hpp, with SkippedError).
   void skipped() noexcept;
+  /// A stop was requested: wins the outcome (if the body has not) with a
+  /// CancelledError and resumes the waiter (defined in ordo/coro.hpp).
+  void cancel() noexcept;
+  /// Registers the stop callback (after the push: a token already stopped
+  /// cancels at once).
+  void arm(const std::stop_token& token) noexcept {
+    if (cancellable) on_stop.emplace(token, CancelFn{this});
+  }
 };
+
+inline void CancelFn::operator()() const noexcept { s->cancel(); }
 
 template <class S, class... A>
 S* make_state(A&&... args) {
@@ -91,6 +155,13 @@ struct LeaseBody {
   StateRef st;
   void operator()(const RunContext& rc, OnComplete done) noexcept {
     StateRef s(st.release());
+    if (!s.get()->claim()) {  // cancelled before the grant: complete the op now, untouched
+      try {
+        done();
+      } catch (...) {
+      }
+      return;
+    }
     s.get()->rc = rc;
     s.get()->done = done;
     if (!s.get()->publish()) {
@@ -131,6 +202,13 @@ struct FnBody {
   void operator()(const RunContext& rc, OnComplete done) noexcept {
     StateRef s(st.release());
     auto* fs = static_cast<FnState<F, R>*>(s.get());
+    if (!fs->claim()) {  // cancelled before the grant: complete the op without running fn
+      try {
+        done();
+      } catch (...) {
+      }
+      return;
+    }
     fs->rc = rc;
     try {
       if constexpr (std::is_void_v<R>) {
@@ -178,19 +256,34 @@ class OpAwaitBase {
   ~OpAwaitBase() = default;
 
   bool ready() const noexcept {
-    return st_ == nullptr || consumed_ || st_->word.load(std::memory_order_acquire) == kOpReady;
+    if (st_ == nullptr || consumed_) return true;
+    // resume_on: always suspend, so that the coroutine continues on the executor.
+    return st_->post == nullptr && st_->word.load(std::memory_order_acquire) == kOpReady;
   }
   bool suspend(std::coroutine_handle<> h) noexcept {
     std::uintptr_t expected = kOpPending;
-    // Fails only if the outcome was published meanwhile: then do not suspend.
-    return st_->word.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(h.address()),
-                                             std::memory_order_acq_rel, std::memory_order_acquire);
+    if (st_->word.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(h.address()),
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return true;
+    }
+    // The outcome was published meanwhile: go on here, or hop to the executor.
+    if (st_->post == nullptr) return false;
+    st_->post(st_->executor, h);
+    return true;
+  }
+  /// resume_on: where the awaiting coroutine continues.
+  template <class E>
+  void set_executor(E& ex) {
+    if (st_ == nullptr || consumed_) throw Error(Errc::invalid_argument, "resume_on on a moved-from or awaited ordo::push awaitable");
+    st_->executor = static_cast<void*>(std::addressof(ex));
+    st_->post = &post_resume<E>;
   }
   /// Marks the outcome consumed; throws for misuse or the op's error.
   OpState& consume() {
     if (st_ == nullptr) throw Error(Errc::invalid_argument, "co_await on a moved-from ordo::push awaitable");
     if (consumed_) throw Error(Errc::invalid_argument, "an ordo::push awaitable was awaited twice");
     consumed_ = true;
+    st_->on_stop.reset();  // the outcome is known: a later stop has no effect
     if (st_->error) std::rethrow_exception(st_->error);
     return *st_;
   }
@@ -198,6 +291,7 @@ class OpAwaitBase {
   /// (then the caller owns what the outcome holds).
   bool abandon() noexcept {
     if (st_ == nullptr) return false;
+    st_->on_stop.reset();  // waits for a stop callback running on another thread (it does not block)
     bool ready_unconsumed = false;
     if (!consumed_) {
       ready_unconsumed = st_->word.exchange(kOpAbandoned, std::memory_order_acq_rel) == kOpReady;
