@@ -136,6 +136,11 @@ std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
 const Options& Engine::options() const noexcept { return core_->options(); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 
+std::exception_ptr Engine::skip_reason() noexcept {
+  const std::exception_ptr* reason = detail::t_state.skip_reason;
+  return reason != nullptr ? *reason : std::exception_ptr{};
+}
+
 }  // namespace ordo
 
 namespace ordo {

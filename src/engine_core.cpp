@@ -628,12 +628,23 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   }
   if (deleted != nullptr) recycle_var(deleted);
 
+  // A skipped op's body is destroyed, never called; while it is destroyed,
+  // Engine::skip_reason() names the error that skipped it.
+  const bool skipped = own_error == nullptr && outcome != nullptr;
+  std::exception_ptr skip_reason;
+  if (skipped) skip_reason = outcome->exception;
   release(own_error);
   release(op->error.exchange(nullptr, std::memory_order_relaxed));
   std::uint8_t running = 1;
   if (op->body.load(std::memory_order_relaxed) == 1 &&
       op->body.compare_exchange_strong(running, 2, std::memory_order_acq_rel)) {
     // The async body is still on its executor's stack: it frees the record.
+  } else if (skipped) {
+    ThreadState& ts = t_state;
+    const std::exception_ptr* outer = ts.skip_reason;
+    ts.skip_reason = &skip_reason;
+    cleanup_op(op);
+    ts.skip_reason = outer;
   } else {
     cleanup_op(op);
   }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,8 @@ struct ThreadState {
   /// Workers: ops run as continuations since the last take from the queue.
   int continuations = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
+  /// While the body of a skipped op is destroyed: the error that skipped it.
+  const std::exception_ptr* skip_reason = nullptr;
 };
 extern thread_local ThreadState t_state;
 

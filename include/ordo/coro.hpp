@@ -27,10 +27,11 @@
 // the result). The awaitables are [[nodiscard]]; await each at most once.
 //
 // ERRORS. An op whose variables carry an error is skipped by the engine (see
-// engine.hpp); co_await of such a push throws ordo::SkippedError. The
-// engine's public API does not hand the original exception to anyone but a
-// blocking wait, so the coroutine gets SkippedError, not the original (which
-// stays on the variables for wait_for_var / wait_for_all; see SkippedError).
+// engine.hpp); co_await of such a push throws the original exception, the
+// one that put the error on the variables (the engine names it through
+// Engine::skip_reason while it destroys the skipped body). It also stays on
+// the variables for wait_for_var / wait_for_all, and is reported at engine
+// destruction if no engine wait ever rethrows it.
 // The same holds for wait_for. An exception thrown by fn (function form),
 // passed to Lease::fail, or unwinding through a held Lease fails the op with
 // that exception: the engine stores it on the variables the op mutates (and
@@ -89,10 +90,9 @@
 
 namespace ordo {
 
-/// Thrown into a coroutine whose co_await'ed op was skipped because one of its
-/// variables carries an error. code() is Errc::cancelled. The original
-/// exception is not available to the coroutine (an engine gap: OnComplete
-/// bodies are not told the inherited error); it stays on the variables.
+/// Thrown into a coroutine whose co_await'ed op was dropped without a known
+/// reason (the engine abandoned it at shutdown). A push skipped because of an
+/// error throws that original exception instead. code() is Errc::cancelled.
 ///
 /// @par Thread safety
 /// An immutable exception object.
@@ -138,6 +138,14 @@ inline void OpState::cancel() noexcept {
 
 inline void OpState::skipped() noexcept {
   if (!claim()) return;  // cancelled first: the coroutine already has its outcome
+  // The engine names the error that skipped the op: the awaiter gets the
+  // original exception. SkippedError remains for a body destroyed without a
+  // reason (the engine abandoned at shutdown).
+  error = Engine::skip_reason();
+  if (error) {
+    publish();
+    return;
+  }
   try {
     error = std::make_exception_ptr(SkippedError(
         std::string("ordo: ") + (name != nullptr ? std::string("op '") + name + "'" : std::string("an op")) +
@@ -397,8 +405,8 @@ template <class F>
 /// The non-blocking counterpart of Engine::wait_for_var: resumes once every
 /// write pushed on `var` before this call has finished (pushed now: an async
 /// read of var whose body completes at once; it runs inline where it becomes
-/// ready). If var carries an error, throws ordo::SkippedError (the original
-/// exception is not reachable without blocking; it is not cleared from var).
+/// ready). If var carries an error, throws that original exception (unlike
+/// Engine::wait_for_var it does not clear it from var).
 /// With `stop`: a stop requested before the writes finished throws
 /// CancelledError at once (the read op still completes in order, as a no-op).
 [[nodiscard]] inline OpAwaitable<void> wait_for(Engine& engine, Var var, const std::stop_token& stop = {}) {

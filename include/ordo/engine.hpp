@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -169,6 +170,12 @@ class Engine {
 
   /// True while the calling thread runs an op body (of any engine).
   [[nodiscard]] static bool inside_op() noexcept;
+
+  /// Inside the destructor of a skipped op's body (a skipped body is
+  /// destroyed, never called): the error that made the engine skip it. Null
+  /// anywhere else. Lets a body that owns a continuation (a coroutine) hand
+  /// it the original exception.
+  [[nodiscard]] static std::exception_ptr skip_reason() noexcept;
 
  private:
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);

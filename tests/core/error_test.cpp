@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -150,6 +151,42 @@ TEST_P(Errors, SecondCompletionIsAClearError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, Errors, ::testing::ValuesIn(all_engine_configs()), config_name);
+
+TEST(ErrorsMisc, SkippedBodyIsDestroyedNotCalledAndLearnsWhy) {
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2});
+  Var a = engine.new_variable(), b = engine.new_variable();
+  // A body that records, when destroyed, whether it ran and why the engine skipped it.
+  struct Probe {
+    std::shared_ptr<std::string> why;
+    std::shared_ptr<bool> called;
+    bool moved_from = false;
+    Probe(std::shared_ptr<std::string> w, std::shared_ptr<bool> c) : why(std::move(w)), called(std::move(c)) {}
+    Probe(Probe&& o) noexcept : why(o.why), called(o.called) { o.moved_from = true; }
+    ~Probe() {
+      if (moved_from) return;
+      if (std::exception_ptr e = Engine::skip_reason()) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          *why = ex.what();
+        }
+      }
+    }
+    void operator()(RunContext, OnComplete done) const {
+      *called = true;
+      done();
+    }
+  };
+  auto why = std::make_shared<std::string>();
+  auto called = std::make_shared<bool>(false);
+  engine.push_sync([] { throw Boom("the reason"); }, Context::cpu(), {}, {a});
+  engine.push_async(Probe(why, called), Context::cpu(), {a}, {b});
+  EXPECT_THROW(engine.wait_for_var(b), Boom);
+  EXPECT_FALSE(*called);
+  EXPECT_EQ(*why, "the reason");
+  EXPECT_FALSE(Engine::skip_reason()) << "skip_reason outside a skipped body's destructor";
+  EXPECT_NO_THROW(engine.wait_for_all());  // already rethrown once, by wait_for_var
+}
 
 TEST(ErrorsMisc, ReservedPropertyIsRejected) {
   Engine engine;
