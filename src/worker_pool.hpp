@@ -69,9 +69,6 @@ class WorkerPool {
     return size_.load(std::memory_order_acquire) == 0 &&
            sleepers_.load(std::memory_order_acquire) == static_cast<int>(threads_.size());
   }
-  /// Ops waiting in the queue (a relaxed hint).
-  [[nodiscard]] std::int64_t queued() const noexcept { return size_.load(std::memory_order_relaxed); }
-  [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(threads_.size()); }
 
  private:
   void worker_main(int index);
