@@ -414,4 +414,15 @@ template <class F>
               OpAttrs{.prop = FnProperty::async, .name = "wait_for"}, stop);
 }
 
+/// Hooks behind the member spelling Engine::push(reads, writes, ...) and
+/// Engine::wait_for(var) (found by argument-dependent lookup).
+template <class... A>
+[[nodiscard]] auto coro_push(Engine& engine, A&&... args) {
+  return push(engine, std::forward<A>(args)...);
+}
+template <class... A>
+[[nodiscard]] auto coro_wait_for(Engine& engine, Var var, A&&... args) {
+  return wait_for(engine, var, std::forward<A>(args)...);
+}
+
 }  // namespace ordo

@@ -10,6 +10,7 @@
 // share sees them in the same order.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -29,7 +30,11 @@ namespace ordo {
 namespace detail {
 class EngineCore;
 struct OperatorRecord;
+struct ReadsTag;
+struct WritesTag;
 }  // namespace detail
+template <class Tag>
+class VarList;  // ordo::Reads / ordo::Writes, from <ordo/coro.hpp>
 
 /// A pre-built operator: body, variable lists and attributes prepared once by
 /// Engine::new_operator, then pushed many times without copying either.
@@ -143,6 +148,21 @@ class Engine {
   /// Pushes a pre-built operator. `priority` overrides the operator's.
   void push(Operator op, Context ctx, int priority);
   void push(Operator op, Context ctx);
+
+  /// Coroutine forms (include <ordo/coro.hpp>; see there): the member
+  /// spelling of ordo::push(engine, ...) and ordo::wait_for(engine, var).
+  ///   ordo::Lease lease = co_await engine.push(ordo::reads(a), ordo::writes(b));
+  ///   int n = co_await engine.push(ordo::reads(a), ordo::writes(), [&] { return f(); });
+  ///   co_await engine.wait_for(v);
+  template <class R, class W, class... Rest>
+    requires std::same_as<R, VarList<detail::ReadsTag>> && std::same_as<W, VarList<detail::WritesTag>>
+  [[nodiscard]] auto push(const R& reads, const W& writes, Rest&&... rest) {
+    return coro_push(*this, reads, writes, std::forward<Rest>(rest)...);  // found in <ordo/coro.hpp>
+  }
+  template <class... Rest>
+  [[nodiscard]] auto wait_for(Var var, Rest&&... rest) {
+    return coro_wait_for(*this, var, std::forward<Rest>(rest)...);  // found in <ordo/coro.hpp>
+  }
 
   /// Deletes an operator: pushes already made still run, later pushes throw
   /// Errc::deleted_operator; the record is freed when the last push finishes.
