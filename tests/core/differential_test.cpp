@@ -49,66 +49,14 @@ Trace make_trace(std::uint64_t seed, int vars, int ops) {
 
 /// The body every run executes: a deterministic function of the op index and
 /// the values it reads, folded into the values it writes.
-void body(const OpSpec& op, std::size_t index, std::vector<std::uint64_t>& vals) {
-  std::uint64_t h = index;
-  for (int r : op.reads) h = mix(h, vals[static_cast<std::size_t>(r)]);
-  volatile std::uint64_t sink = 0;
-  for (int i = 0; i < op.spin; ++i) sink = sink + static_cast<std::uint64_t>(i);
-  for (int w : op.writes) {
-    auto& v = vals[static_cast<std::size_t>(w)];
-    v = mix(v, h);
-  }
-}
+void body(const OpSpec& op, std::size_t index, std::vector<std::uint64_t>& vals) { apply_op(op, index, vals); }
 
-std::vector<std::uint64_t> run_serial(const Trace& t) {
-  std::vector<std::uint64_t> vals(static_cast<std::size_t>(t.vars), 0);
-  for (std::size_t i = 0; i < t.ops.size(); ++i) body(t.ops[i], i, vals);
-  return vals;
-}
+std::vector<std::uint64_t> run_serial(const Trace& t) { return replay_serial(t.ops, t.vars); }
 
-/// Completes async ops from a thread of its own, in FIFO order.
-class Completer {
- public:
-  Completer() : thread_([this] { run(); }) {}
-  ~Completer() {
-    {
-      std::lock_guard lock(m_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  void post(OnComplete done) {
-    {
-      std::lock_guard lock(m_);
-      q_.push_back(done);
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(m_);
-    for (;;) {
-      cv_.wait(lock, [this] { return stop_ || !q_.empty(); });
-      if (q_.empty()) return;
-      OnComplete done = q_.front();
-      q_.pop_front();
-      lock.unlock();
-      done();
-      lock.lock();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<OnComplete> q_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 std::vector<std::uint64_t> run_engine(const Trace& t, const Options& options) {
   std::vector<std::uint64_t> vals(static_cast<std::size_t>(t.vars), 0);
-  Completer completer;  // outlives the engine: destroyed after it drains
+  ThreadExecutor completer;  // completes async ops; outlives the engine (destroyed after it drains)
   {
     Engine engine(options);
     std::vector<Var> vars;
@@ -141,7 +89,7 @@ std::vector<std::uint64_t> run_engine(const Trace& t, const Options& options) {
           engine.push_async(
               [&op, i, &vals, &completer](RunContext, OnComplete done) {
                 body(op, i, vals);
-                completer.post(done);
+                completer.post([done] { done(); });
               },
               Context::cpu(), reads, writes, {.prop = FnProperty::async});
           break;

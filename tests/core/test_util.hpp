@@ -5,10 +5,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -116,5 +119,77 @@ inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
+
+
+/// The body every differential test runs for one op of a random trace: a
+/// deterministic function of the op index and the values it reads, folded
+/// into the values it writes (order-sensitive through mix). `Op` has
+/// `reads`, `writes` (variable indexes) and `spin` (busy iterations).
+template <class Op>
+void apply_op(const Op& op, std::size_t index, std::vector<std::uint64_t>& vals) {
+  std::uint64_t h = index;
+  for (int r : op.reads) h = mix(h, vals[static_cast<std::size_t>(r)]);
+  volatile std::uint64_t sink = 0;
+  for (int i = 0; i < op.spin; ++i) sink = sink + static_cast<std::uint64_t>(i);
+  for (int w : op.writes) {
+    auto& v = vals[static_cast<std::size_t>(w)];
+    v = mix(v, h);
+  }
+}
+
+/// The reference: a trace's ops applied in order on one thread.
+template <class Op>
+std::vector<std::uint64_t> replay_serial(const std::vector<Op>& ops, int vars) {
+  std::vector<std::uint64_t> vals(static_cast<std::size_t>(vars), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i) apply_op(ops[i], i, vals);
+  return vals;
+}
+
+/// A tiny executor: one thread running posted tasks in FIFO order.
+class ThreadExecutor {
+ public:
+  ThreadExecutor() : thread_([this] { loop(); }) {}
+  ~ThreadExecutor() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard lock(m_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+  [[nodiscard]] std::thread::id id() const noexcept { return thread_.get_id(); }
+  [[nodiscard]] int ran() {
+    std::lock_guard lock(m_);
+    return ran_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(m_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, drained
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      ++ran_;
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  int ran_ = 0;
+  std::thread thread_;  // last: starts once the rest is built
+};
 
 }  // namespace ordo::test

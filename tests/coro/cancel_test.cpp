@@ -11,52 +11,6 @@
 namespace ordo::test {
 namespace {
 
-/// A tiny executor: one thread running posted tasks in FIFO order.
-class ThreadExecutor {
- public:
-  ThreadExecutor() : thread_([this] { loop(); }) {}
-  ~ThreadExecutor() {
-    {
-      std::lock_guard lock(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void post(std::function<void()> task) {
-    {
-      std::lock_guard lock(m_);
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-  [[nodiscard]] std::thread::id id() const noexcept { return thread_.get_id(); }
-  [[nodiscard]] int ran() {
-    std::lock_guard lock(m_);
-    return ran_;
-  }
-
- private:
-  void loop() {
-    std::unique_lock lock(m_);
-    for (;;) {
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, drained
-      std::function<void()> task = std::move(queue_.front());
-      queue_.pop_front();
-      ++ran_;
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  int ran_ = 0;
-  std::thread thread_;  // last: starts once the rest is built
-};
 static_assert(Executor<ThreadExecutor>);
 
 /// An async op on `x` that holds it until release() (works on every engine,

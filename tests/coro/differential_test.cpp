@@ -55,22 +55,9 @@ Trace make_trace(std::uint64_t seed, int vars, int ops) {
   return t;
 }
 
-void body(const OpSpec& op, std::size_t index, std::vector<std::uint64_t>& vals) {
-  std::uint64_t h = index;
-  for (int r : op.reads) h = mix(h, vals[static_cast<std::size_t>(r)]);
-  volatile std::uint64_t sink = 0;
-  for (int i = 0; i < op.spin; ++i) sink = sink + static_cast<std::uint64_t>(i);
-  for (int w : op.writes) {
-    auto& v = vals[static_cast<std::size_t>(w)];
-    v = mix(v, h);
-  }
-}
+void body(const OpSpec& op, std::size_t index, std::vector<std::uint64_t>& vals) { apply_op(op, index, vals); }
 
-std::vector<std::uint64_t> run_serial(const Trace& t) {
-  std::vector<std::uint64_t> vals(static_cast<std::size_t>(t.vars), 0);
-  for (std::size_t i = 0; i < t.ops.size(); ++i) body(t.ops[i], i, vals);
-  return vals;
-}
+std::vector<std::uint64_t> run_serial(const Trace& t) { return replay_serial(t.ops, t.vars); }
 
 /// One run of a trace on one engine.
 class TraceRun {
