@@ -72,8 +72,9 @@ struct Request {
 
   // ---- delivery (front end)
   void (*done)(Request*) noexcept = nullptr;
+  void* user = nullptr;  ///< the front end's object owning this request
   std::atomic<std::int32_t> refs{0};
-  std::uint64_t gen = 0;  ///< pooled requests: bumped on reuse, checked by Handle::cancel
+  std::atomic<std::uint64_t> gen{0};  ///< pooled requests: bumped on reuse, checked by Handle::cancel
 
   // ---- backend scratch (owned by the backend while the request is in flight)
   Request* backend_next = nullptr;
