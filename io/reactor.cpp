@@ -233,6 +233,9 @@ void IoOpBase::suspend(std::coroutine_handle<> h) {
   io_->start(&req_);
   int s = 0;
   if (!stop_state_.compare_exchange_strong(s, 1, std::memory_order_acq_rel)) io_->cancel(&req_);  // stopped meanwhile
+  // The request may already be delivered: whichever of this and on_done
+  // comes second resumes the coroutine (the frame stays valid until then).
+  if (gate_.exchange(true, std::memory_order_acq_rel)) io_->post_resume(waiter_);
 }
 
 void IoOpBase::on_done(Request* r) noexcept {
@@ -245,7 +248,9 @@ void IoOpBase::on_done(Request* r) noexcept {
   }
   op->transferred_ = x.moved;
   settle(r, x, op->ec_, op->value_);
-  op->io_->post_resume(op->waiter_);
+  Reactor* io = op->io_;
+  const std::coroutine_handle<> waiter = op->waiter_;
+  if (op->gate_.exchange(true, std::memory_order_acq_rel)) io->post_resume(waiter);
 }
 
 std::int64_t IoOpBase::outcome() {

@@ -205,7 +205,7 @@ class UringBackend final : public BackendImpl {
     if (stopping) {
       io_uring_prep_nop(sqe);
       io_uring_sqe_set_data64(sqe, addr | kTagRejected);
-      sqes_.fetch_add(1, std::memory_order_relaxed);
+      sqes_.fetch_add(1, std::memory_order_release);
       return true;
     }
     const auto off = r->off == kNoOffset ? static_cast<__u64>(-1) : static_cast<__u64>(r->off);
@@ -257,7 +257,7 @@ class UringBackend final : public BackendImpl {
         break;
     }
     io_uring_sqe_set_data64(sqe, addr | kTagOp);
-    sqes_.fetch_add(1, std::memory_order_relaxed);
+    sqes_.fetch_add(1, std::memory_order_release);
     if (linked) {
       sqe->flags |= IOSQE_IO_LINK;
       r->backend_ts = to_timespec(r->deadline_ns);
@@ -265,7 +265,7 @@ class UringBackend final : public BackendImpl {
       io_uring_sqe* ts = io_uring_get_sqe(&ring_);
       io_uring_prep_link_timeout(ts, &r->backend_ts, 0);
       io_uring_sqe_set_data64(ts, addr | kTagTimeout);
-      sqes_.fetch_add(1, std::memory_order_relaxed);
+      sqes_.fetch_add(1, std::memory_order_release);
     }
     return true;
   }
@@ -284,9 +284,11 @@ class UringBackend final : public BackendImpl {
         fifo = list;
         list = next;
       }
+      std::size_t prepped = 0;
       while (fifo != nullptr) {
         Request* next = fifo->backend_next;
         if (!prep(fifo)) break;  // no room: the rest go back on the stack
+        ++prepped;
         fifo = next;
       }
       requeue(fifo);
@@ -310,7 +312,7 @@ class UringBackend final : public BackendImpl {
           io_uring_sqe_set_data64(sqe, kTagInternal);
           internal_.fetch_add(1, std::memory_order_relaxed);
         }
-        sqes_.fetch_add(1, std::memory_order_relaxed);
+        sqes_.fetch_add(1, std::memory_order_release);
         delete cancels;
         cancels = next;
       }
@@ -319,7 +321,8 @@ class UringBackend final : public BackendImpl {
       if (incoming_.load(std::memory_order_seq_cst) == nullptr && cancels_.load(std::memory_order_seq_cst) == nullptr) {
         return;
       }
-      if (io_uring_sq_space_left(&ring_) == 0 && !on_reaper()) return;  // the reaper retries after reaping
+      // Requests left over that found no room: the reaper retries after reaping.
+      if (fifo != nullptr && prepped == 0) return;
       if (flushing_.exchange(true, std::memory_order_acq_rel)) return;
     }
   }
@@ -343,8 +346,6 @@ class UringBackend final : public BackendImpl {
     }
   }
 
-  [[nodiscard]] bool on_reaper() const noexcept { return t_reaper_of == this; }
-
   /// Counts a submit/cancel call for the duration of the call.
   struct Caller {
     explicit Caller(std::atomic<int>& n) noexcept : n_(n) { n_.fetch_add(1, std::memory_order_seq_cst); }
@@ -353,9 +354,14 @@ class UringBackend final : public BackendImpl {
     Caller& operator=(const Caller&) = delete;
     std::atomic<int>& n_;
   };
-  static thread_local const UringBackend* t_reaper_of;
+
 
   void handle(const io_uring_cqe* cqe) noexcept {
+    // The request fields reach the reaper through the kernel, which the
+    // memory model (and ThreadSanitizer) cannot see: the flusher's release
+    // increment of sqes_ after prepping each SQE, acquired here per CQE (a
+    // CQE seen now was produced after its SQE's increment), carries them.
+    (void)sqes_.load(std::memory_order_acquire);
     const std::uint64_t data = io_uring_cqe_get_data64(cqe);
     auto* r = reinterpret_cast<Request*>(data & ~kTagMask);
     switch (data & kTagMask) {
@@ -382,7 +388,6 @@ class UringBackend final : public BackendImpl {
 
   void reap() noexcept {
     const ordo::CompletionThread scope;
-    t_reaper_of = this;
     for (;;) {
       if (stopping_.load(std::memory_order_seq_cst) && sqes_.load(std::memory_order_acquire) == 0 &&
           requests_.load(std::memory_order_acquire) == 0 && incoming_.load(std::memory_order_acquire) == nullptr &&
@@ -424,8 +429,6 @@ class UringBackend final : public BackendImpl {
   std::atomic<std::int64_t> requests_{0};  ///< requests submitted and not yet delivered
   std::atomic<std::int64_t> internal_{0};  ///< internal SQEs in flight
 };
-
-thread_local const UringBackend* UringBackend::t_reaper_of = nullptr;
 
 }  // namespace
 

@@ -200,6 +200,7 @@ class IoOpBase {
   std::int64_t value_ = 0;
   std::coroutine_handle<> waiter_{};
   std::atomic<int> stop_state_{0};  ///< 0 not submitted, 1 submitted, 2 stop before submit
+  std::atomic<bool> gate_{false};   ///< set by suspend's end and by delivery: the second resumes
   std::stop_token token_;
   struct StopFn {
     IoOpBase* op;
