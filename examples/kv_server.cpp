@@ -3,7 +3,7 @@
 // ops ordered by the keys they read and mutate (see kv_server.hpp for the
 // protocol).
 //
-//   kv_server [--port N] [--keys K] [--work-us U] [--workers W] [--inline]
+//   kv_server [--port N] [--keys K] [--work-us U] [--workers W] [--inline] [--inline-ready-below-us U]
 //
 // Prints "listening on <port>" once it accepts connections (port 0 picks a
 // free one) and serves until a client sends SHUTDOWN. Run without a
@@ -44,10 +44,12 @@ int main(int argc, char** argv) try {
       opt.workers = arg_uint(i, argc, argv);
     } else if (a == "--inline") {
       opt.mode = kv::Mode::inline_;
+    } else if (a == "--inline-ready-below-us") {
+      opt.inline_ready_below_us = arg_uint(i, argc, argv);
     } else if (a == "--serve") {
       self_test = false;
     } else {
-      std::fprintf(stderr, "usage: kv_server [--port N] [--serve] [--keys K] [--work-us U] [--workers W] [--inline]\n");
+      std::fprintf(stderr, "usage: kv_server [--port N] [--serve] [--keys K] [--work-us U] [--workers W] [--inline] [--inline-ready-below-us U]\n");
       return 2;
     }
   }
