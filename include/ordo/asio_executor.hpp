@@ -15,7 +15,9 @@
 #pragma once
 
 #include <asio/execution.hpp>
+#include <asio/execution_context.hpp>
 
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -44,7 +46,9 @@ namespace ordo::asio {
 /// A value type; any thread may use any copy concurrently (execute is a push).
 class engine_executor {
  public:
-  explicit engine_executor(Engine& engine, Context ctx = Context::cpu()) noexcept : engine_(&engine), ctx_(ctx) {}
+  /// Allocates the small execution_context below (shared by all copies).
+  explicit engine_executor(Engine& engine, Context ctx = Context::cpu())
+      : engine_(&engine), ctx_(ctx), services_(std::make_shared<::asio::execution_context>()) {}
 
   /// Runs f (a void() callable, called once as an rvalue) on a worker.
   template <class F>
@@ -54,7 +58,8 @@ class engine_executor {
   }
 
   [[nodiscard]] Engine& engine() const noexcept { return *engine_; }
-  [[nodiscard]] Context context() const noexcept { return ctx_; }
+  /// The ordo context (device) the functions are pushed to.
+  [[nodiscard]] Context device() const noexcept { return ctx_; }
 
   /// Properties: execution never blocks on the function; the rest are the
   /// defaults Asio assumes (work tracking is a no-op: the engine drains its
@@ -70,6 +75,11 @@ class engine_executor {
     return ::asio::execution::outstanding_work.untracked;
   }
 
+  /// The Asio execution_context of this executor and its copies: it holds
+  /// the Asio services that adapters such as asio::strand keep per context
+  /// (nothing runs on it). It lives as long as any copy of the executor.
+  ::asio::execution_context& query(::asio::execution::context_t) const noexcept { return *services_; }
+
   friend bool operator==(const engine_executor& a, const engine_executor& b) noexcept {
     return a.engine_ == b.engine_ && a.ctx_ == b.ctx_;
   }
@@ -78,6 +88,7 @@ class engine_executor {
  private:
   Engine* engine_;
   Context ctx_;
+  std::shared_ptr<::asio::execution_context> services_;
 };
 
 static_assert(::asio::execution::is_executor<engine_executor>::value,

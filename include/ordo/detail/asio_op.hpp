@@ -8,6 +8,7 @@
 #include <asio/bind_allocator.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
+#include <asio/execution.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/system_error.hpp>
@@ -241,6 +242,22 @@ struct CancelHandler {
   }
 };
 
+/// Outstanding work on a handler's executor while its operation is pending:
+/// a tracked copy of a standard executor (prefer outstanding_work.tracked),
+/// or an executor_work_guard for an old-style (Networking TS) executor.
+template <class Ex, class = void>
+struct Work {
+  using type = ::asio::executor_work_guard<Ex>;
+  static type make(const Ex& ex) { return type(ex); }
+  static Ex executor(const type& w) { return w.get_executor(); }
+};
+template <class Ex>
+struct Work<Ex, std::enable_if_t<::asio::execution::is_executor<Ex>::value>> {
+  using type = std::decay_t<decltype(::asio::prefer(std::declval<const Ex&>(), ::asio::execution::outstanding_work.tracked))>;
+  static type make(const Ex& ex) { return ::asio::prefer(ex, ::asio::execution::outstanding_work.tracked); }
+  static const type& executor(const type& w) { return w; }
+};
+
 /// Completion<R> for a concrete handler type.
 template <class R, class Handler>
 class HandlerCompletion final : public Completion<R> {
@@ -263,18 +280,19 @@ class HandlerCompletion final : public Completion<R> {
   HandlerCompletion(Handler&& h, const self_alloc& a)
       : handler_(std::move(h)),
         alloc_(a),
-        work_(::asio::get_associated_executor(handler_, ::asio::system_executor{})) {}
+        work_(Work<executor_type>::make(::asio::get_associated_executor(handler_, ::asio::system_executor{}))) {}
 
   void post(std::shared_ptr<StateBase<R>> st) noexcept override {
     Handler h(std::move(handler_));
-    ::asio::executor_work_guard<executor_type> work(std::move(work_));
+    typename Work<executor_type>::type work(std::move(work_));
     destroy();
     const allocator_type alloc = ::asio::get_associated_allocator(h, std::allocator<void>{});
     // post, never dispatch: the handler must not run on the engine worker that
     // completed the op (unless the handler's executor is that worker pool),
     // nor inside the initiating function, nor inside a cancellation emit.
-    ::asio::post(work.get_executor(), ::asio::bind_allocator(alloc, Upcall<R, Handler>{std::move(h), std::move(st)}));
-    work.reset();  // the posted upcall is outstanding work of its own
+    // The posted upcall is outstanding work of its own; `work` ends here.
+    ::asio::post(Work<executor_type>::executor(work),
+                 ::asio::bind_allocator(alloc, Upcall<R, Handler>{std::move(h), std::move(st)}));
   }
   void discard() noexcept override { destroy(); }
 
@@ -287,7 +305,7 @@ class HandlerCompletion final : public Completion<R> {
 
   Handler handler_;
   self_alloc alloc_;
-  ::asio::executor_work_guard<executor_type> work_;
+  typename Work<executor_type>::type work_;
 };
 
 /// The initiation passed to asio::async_initiate. The op was pushed already
