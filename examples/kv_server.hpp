@@ -204,8 +204,8 @@ class Server {
     const bool mutates = req.kind == Request::Kind::put || req.kind == Request::Kind::incr ||
                          req.kind == Request::Kind::mincr;
     const ordo::VarSpan none;
-    // Named locals, not temporaries inside the co_await expression: g++ 12
-    // destroys some temporaries of a co_await full-expression twice.
+    // Named locals, not a lambda written inside the co_await expression:
+    // g++ 12 destroys such a lambda's init-captures twice (see docs/asio.md).
     auto fn = [this, r = std::move(req)] { return execute(r, values_, opt_.work_us); };
     const ordo::OpAttrs attrs{.prop = opt_.work_us < opt_.inline_ready_below_us ? ordo::FnProperty::async
                                                                                  : ordo::FnProperty::normal};
