@@ -44,6 +44,7 @@ struct RunInfo {
   std::string load_before;      ///< /proc/loadavg when the benchmark started
   std::string load_after;
   double total_seconds = 0;
+  std::vector<std::string> skipped_peers;  ///< "name (package not installed)"
 };
 
 /// The RESULT line of `f`; `serial` is the serial figure of the same workload, if any.
