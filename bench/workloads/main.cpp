@@ -48,6 +48,8 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
   --work-us X            busy work per W6 op in microseconds (default 10)
   --quick                CI-size smoke run: --ops 50000 --runs 1 unless given
   --write-docs PATH      also write the Markdown report to PATH
+  --callgrind-file PATH  instructions per op from bench/callgrind_per_op.sh's output: an
+                         instr/op column in the report and instr_per_op= in RESULT lines
   --no-fork              measure in-process (no per-figure peak RSS; for profilers);
                          peers still run in their own process
   --timeout S            give up on a figure after S seconds (default 300)
@@ -77,6 +79,7 @@ struct Config {
   std::optional<std::size_t> max_in_flight;  ///< unset: the engine's default
   double wait_quiet_s = 0;
   bool no_peers = false;
+  std::optional<std::string> callgrind_file;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -143,6 +146,8 @@ Config parse_args(int argc, char** argv) {
       c.w6_ops = parse_number<std::size_t>(flag, value());
     } else if (flag == "--work-us") {
       c.work_us = parse_number<double>(flag, value());
+    } else if (flag == "--callgrind-file") {
+      c.callgrind_file = value();
     } else if (flag == "--no-peers") {
       c.no_peers = true;
     } else if (flag == "--quick") {
@@ -235,6 +240,7 @@ int run(int argc, char** argv) {
   info.max_in_flight = cfg.max_in_flight.value_or(ordo::Options{}.max_in_flight);
   info.max_in_flight_given = cfg.max_in_flight.has_value();
   info.load_before = ob::load_average();
+  if (cfg.callgrind_file) ob::read_callgrind_file(*cfg.callgrind_file, info);
 
   // serial first: it provides the reference digest for the other engines.
   std::vector<const ob::EngineSpec*> engines{ob::find_engine("serial")};

@@ -308,8 +308,8 @@ void write_workload_table(std::ostream& out, const std::vector<Figure>& figures,
     out << "Peers run the " << base_workload(workload) << " trace (this variant only changes how ordo is driven); "
         << "\"x best peer\" compares with the best of them there (`" << peer->engine << "`).\n\n";
   }
-  out << "| engine | M ops/s (median) | min - max | x serial | x best peer | peak RSS (MiB) | other load | ok |\n"
-         "|---|---:|---:|---:|---:|---:|---:|:-:|\n";
+  out << "| engine | M ops/s (median) | min - max | x serial | x best peer | peak RSS (MiB) | instr/op | other load | ok |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|:-:|\n";
   auto row = [&](const Figure& f) {
     out << "| " << (f.workload == workload ? f.engine : f.engine + " (" + f.workload + ")") << " | ";
     if (f.m.seconds.empty()) {
@@ -322,7 +322,9 @@ void write_workload_table(std::ostream& out, const std::vector<Figure>& figures,
           << (ratio ? fmt("%.2f", *ratio) : std::string(&f == serial ? "1.00" : "-")) << " | "
           << (vs_peer ? fmt("%.2f", *vs_peer) : std::string("-")) << " | ";
     }
+    const auto instr = info.instr_per_op.find({f.workload, f.engine});
     out << (f.peak_rss_mib ? fmt("%.1f", *f.peak_rss_mib) : std::string("-")) << " | "
+        << (instr != info.instr_per_op.end() ? fmt("%.0f", instr->second) : std::string("-")) << " | "
         << (f.other_load ? fmt("%.2f", *f.other_load) : std::string("-")) << " | "
         << (f.m.ok ? "1" : "**0** (" + f.m.error + ")") << " |\n";
   };
@@ -388,9 +390,26 @@ std::string result_line(const Figure& f, const Figure* serial, const RunInfo& in
   if (f.workload == "W1" && f.m.new_variable_ns > 0) out << " new_variable_ns=" << fmt("%.1f", f.m.new_variable_ns);
   if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
   if (f.engine.rfind("ordo", 0) == 0 && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
+  if (const auto it = info.instr_per_op.find({f.workload, f.engine}); it != info.instr_per_op.end()) {
+    out << " instr_per_op=" << fmt("%.0f", it->second);
+  }
   if (f.m.untimed_seconds > 0) out << " build_s=" << fmt("%.4f", f.m.untimed_seconds);
   if (!f.m.error.empty()) out << " error=" << f.m.error;
   return out.str();
+}
+
+void read_callgrind_file(const std::string& path, RunInfo& info) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  info.instr_source = path;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string workload, engine;
+    double ops = 0, total = 0, serial = 0, per_op = 0;
+    if (!(fields >> workload >> engine >> ops >> total >> serial >> per_op) || !is_workload_id(workload)) continue;
+    info.instr_per_op[{workload, engine}] = per_op;
+    info.instr_ops = static_cast<std::size_t>(ops);
+  }
 }
 
 std::string load_average() {
@@ -450,7 +469,13 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "slots), so an engine's memory is its row minus the serial row. \"Other load\" is the CPU time that "
          "the rest of the machine used while the figure ran, divided by its wall time (in cores; this machine "
          "is shared, so a figure with a high other load was slowed down by something else). ok = 1: the final slots of every "
-         "run matched the serial loop's (64-bit digest of all slots).\n\n"
+         "run matched the serial loop's (64-bit digest of all slots). \"instr/op\": instructions per op counted by "
+         "callgrind (`bench/callgrind_per_op.sh`: a run of the engine minus a run of the serial loop alone, over "
+         "the ops; engine creation, push, dependency tracking, dispatch, body, completion, idle workers' "
+         "spinning under valgrind's serialised threads), immune to timing noise; \"-\" where not profiled"
+      << (info.instr_source.empty() ? std::string(" (no profile given in this run: --callgrind-file)")
+                                    : " (" + std::to_string(info.instr_ops) + "-op runs)")
+      << ".\n\n"
          "Engines: ";
   bool first = true;
   for (const EngineSpec& e : all_engines()) {
