@@ -87,9 +87,12 @@ case "$cmd" in
       for a in "$@"; do case "$a" in --write-docs*) callgrind=1 ;; esac; done
     fi
     if [ "$callgrind" = 1 ] && command -v valgrind >/dev/null; then
-      echo "== instructions per op under callgrind (bench/callgrind_per_op.sh, a few minutes)" >&2
-      WORKLOADS="W1 W2 W3 W4 W5" ENGINES="ordo ordo-naive" bench/callgrind_per_op.sh "$bin" \
+      echo "== instructions per op under callgrind (bench/callgrind_per_op.sh, callgrind_peers.sh; minutes)" >&2
+      WORKLOADS="W1 W2 W2op W2co W3 W4 W4co W5" ENGINES="ordo ordo-naive" bench/callgrind_per_op.sh "$bin" \
         > build-release/callgrind_per_op.txt
+      # The peers, smaller (StarPU is slow under valgrind): a tbb-flow replay includes building its graph.
+      OPS=20000 WORKLOADS="W2 W4" bench/callgrind_peers.sh build-release/bench | tail -n +2 \
+        >> build-release/callgrind_per_op.txt
       cat build-release/callgrind_per_op.txt >&2
       extra=(--callgrind-file build-release/callgrind_per_op.txt)
     fi
