@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -42,6 +43,10 @@ ob::peer::Args parse(int argc, char** argv) {
         a.reference = std::stoull(value());
       } else if (flag == "--label") {
         a.label = value();
+      } else if (flag == "--progress") {
+        a.progress = value();
+      } else if (flag == "--t0") {
+        a.t0 = std::stod(value());
       } else if (flag == "--time-build") {
         a.time_build = true;
       } else {
@@ -69,8 +74,15 @@ int main(int argc, char** argv) {
     bool consistent = true;
     std::vector<double> untimed;
     for (int r = 1; r <= args.runs; ++r) {
-      if (tty) {
-        std::fprintf(stderr, "\r\033[K%s: run %d/%d", args.label.c_str(), r, args.runs);
+      if (tty) {  // the status line of ordo_workloads (figure.hpp's Progress), or a plain one
+        if (!args.progress.empty() && args.t0 >= 0) {
+          const double now =
+              std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+          std::fprintf(stderr, "\r\033[K[%s, %.1f s] %s: run %d/%d", args.progress.c_str(), now - args.t0,
+                       args.label.c_str(), r, args.runs);
+        } else {
+          std::fprintf(stderr, "\r\033[K%s: run %d/%d", args.label.c_str(), r, args.runs);
+        }
         std::fflush(stderr);
       }
       std::vector<std::uint64_t> slots = ob::initial_slots(trace.num_vars);

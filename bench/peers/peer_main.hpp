@@ -6,6 +6,7 @@
 // run by ordo_workloads in a child process:
 //
 //   ordo_peer_X --workload W4 --ops N --runs R --spin S [--reference D] [--label L] [--time-build]
+//               [--progress i/n --t0 SECONDS]
 //
 // It prints one serialize()d Measurement (measurement.hpp) on stdout. Each
 // peer source defines the three functions below; peer_main.cpp has main().
@@ -28,6 +29,8 @@ struct Args {
   std::optional<std::uint64_t> reference;
   std::string label;
   bool time_build = false;  ///< tbb-flow+build: graph construction inside the timed region
+  std::string progress;     ///< "figure/figures" of ordo_workloads' status line, if it shows one
+  double t0 = -1;           ///< ordo_workloads' start, seconds of the steady clock
 };
 
 /// One replay of a trace.

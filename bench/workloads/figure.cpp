@@ -46,13 +46,18 @@ std::string answer_line(const std::string& out) {
 
 /// In the forked child: replaces this process by the peer's executable, its
 /// stdout the pipe to the parent. Returns only if exec failed.
-void exec_peer(const Job& job, const std::string& exe, int out_fd) {
+void exec_peer(const Job& job, const Progress& progress, const std::string& exe, int out_fd) {
   std::vector<std::string> args{exe, "--workload", job.workload, "--ops", std::to_string(job.ops),
                                 "--runs", std::to_string(job.runs), "--spin", std::to_string(job.spin_iters),
                                 "--label", job.workload + " " + job.engine.name};
   if (job.reference) {
     args.emplace_back("--reference");
     args.push_back(std::to_string(*job.reference));
+  }
+  if (progress.enabled()) {
+    char t0[64];
+    std::snprintf(t0, sizeof t0, "%.6f", progress.start_s());
+    args.insert(args.end(), {"--progress", progress.position(), "--t0", t0});
   }
   for (const auto& a : job.engine.peer->args) args.push_back(a);
   std::vector<char*> argv;
@@ -119,7 +124,7 @@ Figure measure_in_child(const Job& job, const Progress& progress, double timeout
   if (pid == 0) {
     close(fds[0]);
     if (job.engine.peer) {
-      exec_peer(job, peer_executable(*job.engine.peer), fds[1]);
+      exec_peer(job, progress, peer_executable(*job.engine.peer), fds[1]);
       _exit(127);
     }
     const std::string answer = serialize(measure_here(job, progress));

@@ -402,14 +402,17 @@ void read_callgrind_file(const std::string& path, RunInfo& info) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
   info.instr_source = path;
+  std::size_t ordo_ops = 0, peer_ops = 0;
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     std::string workload, engine;
     double ops = 0, total = 0, serial = 0, per_op = 0;
     if (!(fields >> workload >> engine >> ops >> total >> serial >> per_op) || !is_workload_id(workload)) continue;
     info.instr_per_op[{workload, engine}] = per_op;
-    info.instr_ops = static_cast<std::size_t>(ops);
+    (engine.rfind("ordo", 0) == 0 ? ordo_ops : peer_ops) = static_cast<std::size_t>(ops);
   }
+  if (ordo_ops != 0) info.instr_ops = std::to_string(ordo_ops) + "-op runs (ordo)";
+  if (peer_ops != 0) info.instr_ops += (ordo_ops ? ", " : "") + std::to_string(peer_ops) + "-op runs (peers)";
 }
 
 std::string load_average() {
@@ -474,7 +477,8 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "the ops; engine creation, push, dependency tracking, dispatch, body, completion, idle workers' "
          "spinning under valgrind's serialised threads), immune to timing noise; \"-\" where not profiled"
       << (info.instr_source.empty() ? std::string(" (no profile given in this run: --callgrind-file)")
-                                    : " (" + std::to_string(info.instr_ops) + "-op runs)")
+                                    : " (" + info.instr_ops + "; peers: `bench/callgrind_peers.sh`, one replay = "
+                                          "2 runs minus 1 run, OpenMP with OMP_WAIT_POLICY=passive)")
       << ".\n\n"
          "Engines: ";
   bool first = true;

@@ -50,7 +50,7 @@ struct RunInfo {
   /// Instructions per op from bench/callgrind_per_op.sh (--callgrind-file),
   /// keyed by (workload, engine); and the op count those profiles ran.
   std::map<std::pair<std::string, std::string>, double> instr_per_op;
-  std::size_t instr_ops = 0;
+  std::string instr_ops;  ///< "100000 ops (ordo), 20000 ops (peers)": the profiled runs' sizes
   std::string instr_source;  ///< the file they came from
 };
 
