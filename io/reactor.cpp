@@ -189,7 +189,7 @@ IoOpBase::~IoOpBase() = default;
 IoOpBase::IoOpBase(IoOpBase&& o) : io_(o.io_) {
   if (o.started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was moved after it started");
   copy_description(o.req_, req_);
-  if (req_.addr == &o.stx_) req_.addr = &stx_;
+  stx_ = std::move(o.stx_);  // on the heap: req_.addr stays valid
   exact_ = o.exact_;
   token_ = std::move(o.token_);
 }
@@ -345,19 +345,11 @@ void Reactor::start(detail::Request* r) {
 }
 
 void Reactor::cancel(detail::Request* r) {
-  std::int32_t refs = r->refs.load(std::memory_order_acquire);
-  do {
-    if (refs == 0) return;  // delivered (or being delivered): too late
-  } while (!r->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
-  backend_->cancel(r);
+  if (detail::try_retain(r)) backend_->cancel(r);  // else delivered (or being delivered): too late
 }
 
 bool Handle::cancel() const {
-  if (r_ == nullptr) return false;
-  std::int32_t refs = r_->refs.load(std::memory_order_acquire);
-  do {
-    if (refs == 0) return false;
-  } while (!r_->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  if (r_ == nullptr || !detail::try_retain(r_)) return false;
   if (r_->gen.load(std::memory_order_acquire) != gen_) {
     // The record was reused by another request: undo (the drop may deliver it).
     const CompletionThread scope;
@@ -502,7 +494,7 @@ Handle detail::IoOpBase::start_completion(OnComplete done) { return io_->start_p
 // Operations
 
 IoOp<int> Reactor::open(std::string path, int flags, mode_t mode) {
-  return IoOp<int>(this, detail::OpCode::openat, [&](detail::Request& req, struct statx& ) {
+  return IoOp<int>(this, detail::OpCode::openat, [&](detail::Request& req) {
     req.path = std::move(path);
     req.op_flags = static_cast<std::uint32_t>(flags);
     req.mode = mode;
@@ -510,13 +502,13 @@ IoOp<int> Reactor::open(std::string path, int flags, mode_t mode) {
 }
 
 IoOp<void> Reactor::close(int fd) {
-  return IoOp<void>(this, detail::OpCode::close, [&](detail::Request& req, struct statx& ) {
+  return IoOp<void>(this, detail::OpCode::close, [&](detail::Request& req) {
     req.fd = fd;
   });
 }
 
 IoOp<std::size_t> Reactor::read(int fd, std::span<std::byte> buf, std::uint64_t offset) {
-  return IoOp<std::size_t>(this, detail::OpCode::read, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::read, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = buf.data();
     req.len = buf.size();
@@ -525,7 +517,7 @@ IoOp<std::size_t> Reactor::read(int fd, std::span<std::byte> buf, std::uint64_t 
 }
 
 IoOp<std::size_t> Reactor::write(int fd, std::span<const std::byte> buf, std::uint64_t offset) {
-  return IoOp<std::size_t>(this, detail::OpCode::write, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::write, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = const_cast<std::byte*>(buf.data());  // never written through
     req.len = buf.size();
@@ -534,7 +526,7 @@ IoOp<std::size_t> Reactor::write(int fd, std::span<const std::byte> buf, std::ui
 }
 
 IoOp<std::size_t> Reactor::readv(int fd, std::span<const iovec> iov, std::uint64_t offset) {
-  return IoOp<std::size_t>(this, detail::OpCode::readv, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::readv, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = const_cast<iovec*>(iov.data());
     req.len = iov.size();
@@ -543,7 +535,7 @@ IoOp<std::size_t> Reactor::readv(int fd, std::span<const iovec> iov, std::uint64
 }
 
 IoOp<std::size_t> Reactor::writev(int fd, std::span<const iovec> iov, std::uint64_t offset) {
-  return IoOp<std::size_t>(this, detail::OpCode::writev, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::writev, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = const_cast<iovec*>(iov.data());
     req.len = iov.size();
@@ -552,39 +544,37 @@ IoOp<std::size_t> Reactor::writev(int fd, std::span<const iovec> iov, std::uint6
 }
 
 IoOp<void> Reactor::fsync(int fd) {
-  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req, struct statx& ) {
+  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req) {
     req.fd = fd;
   });
 }
 
 IoOp<void> Reactor::fdatasync(int fd) {
-  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req, struct statx& ) {
+  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req) {
     req.fd = fd;
     req.op_flags = detail::kFsyncDatasync;
   });
 }
 
 IoOp<struct statx> Reactor::stat(std::string path, unsigned mask, int flags) {
-  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req, struct statx& stx) {
+  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req) {
     req.fd = AT_FDCWD;
     req.path = std::move(path);
     req.op_flags = static_cast<std::uint32_t>(flags);
     req.mode = mask;
-    req.addr = &stx;
   });
 }
 
 IoOp<struct statx> Reactor::fstat(int fd, unsigned mask) {
-  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req, struct statx& stx) {
+  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req) {
     req.fd = fd;
     req.op_flags = AT_EMPTY_PATH;
     req.mode = mask;
-    req.addr = &stx;
   });
 }
 
 IoOp<int> Reactor::accept(int listen_fd) {
-  return IoOp<int>(this, detail::OpCode::accept, [&](detail::Request& req, struct statx& ) {
+  return IoOp<int>(this, detail::OpCode::accept, [&](detail::Request& req) {
     req.fd = listen_fd;
   });
 }
@@ -593,7 +583,7 @@ IoOp<void> Reactor::connect(int fd, const sockaddr* addr, socklen_t len) {
   if (addr == nullptr || len == 0 || len > sizeof(sockaddr_storage)) {
     throw Error(Errc::invalid_argument, "Reactor::connect: bad socket address");
   }
-  return IoOp<void>(this, detail::OpCode::connect, [&](detail::Request& req, struct statx& ) {
+  return IoOp<void>(this, detail::OpCode::connect, [&](detail::Request& req) {
     req.fd = fd;
     std::memcpy(&req.sa, addr, len);
     req.sa_len = len;
@@ -601,7 +591,7 @@ IoOp<void> Reactor::connect(int fd, const sockaddr* addr, socklen_t len) {
 }
 
 IoOp<std::size_t> Reactor::recv(int fd, std::span<std::byte> buf, int flags) {
-  return IoOp<std::size_t>(this, detail::OpCode::recv, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::recv, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = buf.data();
     req.len = buf.size();
@@ -611,7 +601,7 @@ IoOp<std::size_t> Reactor::recv(int fd, std::span<std::byte> buf, int flags) {
 }
 
 IoOp<std::size_t> Reactor::send(int fd, std::span<const std::byte> buf, int flags) {
-  return IoOp<std::size_t>(this, detail::OpCode::send, [&](detail::Request& req, struct statx& ) {
+  return IoOp<std::size_t>(this, detail::OpCode::send, [&](detail::Request& req) {
     req.fd = fd;
     req.addr = const_cast<std::byte*>(buf.data());
     req.len = buf.size();
@@ -621,7 +611,7 @@ IoOp<std::size_t> Reactor::send(int fd, std::span<const std::byte> buf, int flag
 }
 
 IoOp<void> Reactor::sleep_for(std::chrono::nanoseconds d) {
-  return IoOp<void>(this, detail::OpCode::timer, [&](detail::Request& req, struct statx& ) {
+  return IoOp<void>(this, detail::OpCode::timer, [&](detail::Request& req) {
     req.deadline_ns = d.count() > 0 ? d.count() : 1;
   });
 }

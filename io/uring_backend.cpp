@@ -139,6 +139,12 @@ class UringBackend final : public BackendImpl {
     // A request submitted while the reaper was exiting: delivered here, cancelled.
     {
       const ordo::CompletionThread scope;
+      for (Request* r = pending_head_; r != nullptr;) {
+        Request* next = r->backend_next;
+        r->res = -ECANCELED;
+        drop(r);
+        r = next;
+      }
       for (Request* r = incoming_.exchange(nullptr); r != nullptr;) {
         Request* next = r->backend_next;
         r->res = -ECANCELED;
@@ -275,7 +281,8 @@ class UringBackend final : public BackendImpl {
   void flush() noexcept {
     if (flushing_.exchange(true, std::memory_order_acq_rel)) return;
     for (;;) {
-      // Requests, oldest first.
+      // Requests, oldest first: those left over by an earlier flush, then
+      // the stack reversed.
       Request* list = incoming_.exchange(nullptr, std::memory_order_acquire);
       Request* fifo = nullptr;
       while (list != nullptr) {
@@ -284,14 +291,18 @@ class UringBackend final : public BackendImpl {
         fifo = list;
         list = next;
       }
+      if (pending_tail_ != nullptr) {
+        pending_tail_->backend_next = fifo;
+        fifo = pending_head_;
+      }
       std::size_t prepped = 0;
       while (fifo != nullptr) {
         Request* next = fifo->backend_next;
-        if (!prep(fifo)) break;  // no room: the rest go back on the stack
+        if (!prep(fifo)) break;  // no room: the rest wait for the next flush, in order
         ++prepped;
         fifo = next;
       }
-      requeue(fifo);
+      keep_pending(fifo);
       CancelNode* cancels = cancels_.exchange(nullptr, std::memory_order_acquire);
       while (cancels != nullptr) {
         CancelNode* next = cancels->next;
@@ -327,23 +338,13 @@ class UringBackend final : public BackendImpl {
     }
   }
 
-  void requeue(Request* fifo) noexcept {
-    // Back on the stack in reverse, so that the next drain restores the order.
-    Request* rev = nullptr;
-    while (fifo != nullptr) {
-      Request* next = fifo->backend_next;
-      fifo->backend_next = rev;
-      rev = fifo;
-      fifo = next;
-    }
-    while (rev != nullptr) {
-      Request* next = rev->backend_next;
-      Request* head = incoming_.load(std::memory_order_relaxed);
-      do {
-        rev->backend_next = head;
-      } while (!incoming_.compare_exchange_weak(head, rev, std::memory_order_release, std::memory_order_relaxed));
-      rev = next;
-    }
+  /// Keeps the requests that found no room (flusher only); the reaper
+  /// flushes again after reaping while has_pending_ is set.
+  void keep_pending(Request* fifo) noexcept {
+    pending_head_ = fifo;
+    pending_tail_ = fifo;
+    while (pending_tail_ != nullptr && pending_tail_->backend_next != nullptr) pending_tail_ = pending_tail_->backend_next;
+    has_pending_.store(fifo != nullptr, std::memory_order_release);
   }
 
   /// Counts a submit/cancel call for the duration of the call.
@@ -410,7 +411,8 @@ class UringBackend final : public BackendImpl {
       io_uring_cq_advance(&ring_, n);
       sqes_.fetch_sub(n, std::memory_order_release);
       // Submissions that found the queue full are waiting for this.
-      if (incoming_.load(std::memory_order_acquire) != nullptr || cancels_.load(std::memory_order_acquire) != nullptr) {
+      if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
+          cancels_.load(std::memory_order_acquire) != nullptr) {
         flush();
       }
     }
@@ -422,6 +424,9 @@ class UringBackend final : public BackendImpl {
   std::thread reaper_;
   std::atomic<int> callers_{0};  ///< submit/cancel calls in progress
   std::atomic<Request*> incoming_{nullptr};
+  Request* pending_head_ = nullptr;  ///< flusher only: prepped next, before incoming_
+  Request* pending_tail_ = nullptr;
+  std::atomic<bool> has_pending_{false};
   std::atomic<CancelNode*> cancels_{nullptr};
   std::atomic<bool> flushing_{false};
   std::atomic<bool> stopping_{false};

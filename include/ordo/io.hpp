@@ -191,7 +191,7 @@ class IoOpBase {
 
   Reactor* io_;
   Request req_;
-  struct statx stx_{};  ///< statx/fstat result
+  std::unique_ptr<struct statx> stx_;  ///< statx/fstat only: the result (kept off every other awaitable)
   bool exact_ = false;
   bool started_ = false;
   std::size_t total_ = 0;        ///< exact: bytes to move
@@ -288,7 +288,7 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
       (void)v;
     } else if constexpr (std::is_same_v<T, struct statx>) {
       (void)v;
-      return stx_;
+      return *stx_;
     } else {
       return static_cast<T>(v);
     }
@@ -311,7 +311,11 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
  private:
   template <class Fill>
   IoOp(Reactor* io, detail::OpCode code, Fill&& fill) : IoOpBase(io, code) {
-    fill(req_, stx_);
+    if constexpr (std::is_same_v<T, struct statx>) {
+      stx_ = std::make_unique<struct statx>();
+      req_.addr = stx_.get();
+    }
+    fill(req_);
   }
 };
 

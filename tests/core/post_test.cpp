@@ -46,7 +46,9 @@ TEST_P(Post, FromInsideAnOpNeverRunsInsideIt) {
   EXPECT_FALSE(nested.load());
   EXPECT_NE(post_thread.load(), std::thread::id{});
   // The naive engine is serial: the post runs right after the op, on its thread.
-  if (GetParam().options.kind == EngineKind::naive) EXPECT_EQ(post_thread.load(), op_thread.load());
+  if (GetParam().options.kind == EngineKind::naive) {
+    EXPECT_EQ(post_thread.load(), op_thread.load());
+  }
 }
 
 TEST_P(Post, ExceptionIsReportedByWaitForAll) {

@@ -85,6 +85,16 @@ struct Request {
   void* backend_data = nullptr;
 };
 
+/// Takes a reference while the request is not yet delivered (refs > 0), as a
+/// cancel attempt must before calling Backend::cancel. False: too late.
+inline bool try_retain(Request* r) noexcept {
+  std::int32_t refs = r->refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) return false;
+  } while (!r->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  return true;
+}
+
 /// Drops one reference; the last one delivers the request (calls done).
 /// Backends call it once for the op itself (finish_op) and once per cancel().
 inline void release(Request* r) noexcept {
