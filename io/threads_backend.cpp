@@ -260,6 +260,7 @@ class ThreadsBackend final : public BackendImpl {
  private:
   // ---- delivery (our threads only)
   void drop(Request* r) noexcept;
+  void drop_owed(Request* r) noexcept;
   void complete(Request* r, std::int64_t res) noexcept {
     r->res = res;
     drop(r);
@@ -349,6 +350,15 @@ void ThreadsBackend::drop(Request* r) noexcept {
 /// caller holds either (the exit needs queue_mutex_, the pool threads' exit
 /// pool_mutex_). For the same reason submit() and cancel() touch no member
 /// after their last critical section: the backend may be gone by then.
+/// Takes the cancel references owed on `r` (exchanges the count to 0) and
+/// drops them; a cancel() after the exchange links r again and owes its own.
+void ThreadsBackend::drop_owed(Request* r) noexcept {
+  std::uint32_t s = r->backend_state.load(std::memory_order_acquire);
+  while (!r->backend_state.compare_exchange_weak(s, s & kPhaseMask, std::memory_order_acq_rel)) {
+  }
+  for (std::uint32_t n = s / kOwedUnit; n > 0; --n) drop(r);
+}
+
 void ThreadsBackend::wake() noexcept {
   // Pairs with the poll thread's exchange(false) before it takes its lists:
   // either it takes what we pushed, or our exchange sees false and we write.
@@ -459,10 +469,19 @@ void ThreadsBackend::cancel(Request* r) noexcept {
   // thread is still running: it resolves the attempt and drops the reference.
   const std::uint32_t before = r->backend_state.fetch_add(kOwedUnit, std::memory_order_acq_rel);
   if (before >= kOwedUnit) return;  // already linked; the poll thread takes ours too
-  std::lock_guard lock(queue_mutex_);
-  r->backend_data = cancels_;
-  cancels_ = r;
-  wake();
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (!poll_exited_) {
+      r->backend_data = cancels_;
+      cancels_ = r;
+      wake();
+      return;
+    }
+  }
+  // cancel() after shutdown() returned: the contract rules it out (every
+  // request was delivered); drop what is owed rather than leak it.
+  CompletionThread scope;
+  drop_owed(r);
 }
 
 // ------------------------------------------------------------------ shutdown
@@ -602,9 +621,21 @@ std::int64_t ThreadsBackend::attempt(Request* r, bool ready) noexcept {
                    static_cast<int>(r->op_flags) | MSG_DONTWAIT | MSG_NOSIGNAL);
         break;
       case OpCode::accept:
-        // A blocking listener is only accepted from once it polled readable.
-        if (!ready && (r->backend_flags & kNonBlockFd) == 0) return kWait;
-        n = ::accept4(r->fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if ((r->backend_flags & kNonBlockFd) != 0) {
+          n = ::accept4(r->fd, nullptr, nullptr, SOCK_CLOEXEC);
+        } else {
+          // A blocking listener: only once it polled readable, and made
+          // non-blocking for the call, since another acceptor may have taken
+          // the connection meanwhile (a blocked accept would hold this thread).
+          if (!ready) return kWait;
+          const int fl = ::fcntl(r->fd, F_GETFL);
+          if (fl < 0) return neg_errno();
+          if (::fcntl(r->fd, F_SETFL, fl | O_NONBLOCK) < 0) return neg_errno();
+          n = ::accept4(r->fd, nullptr, nullptr, SOCK_CLOEXEC);
+          const int err = errno;
+          ::fcntl(r->fd, F_SETFL, fl);
+          errno = err;
+        }
         break;
       case OpCode::connect: {
         int err = 0;
@@ -697,11 +728,7 @@ void ThreadsBackend::resolve_cancel(Request* r) noexcept {
     // round, finishes it. The op's own reference outlives the owed ones.
     r->backend_flags |= kCancelAsked;
   }
-  // Take what is owed (a cancel() after this links r again and owes its own).
-  std::uint32_t s = r->backend_state.load(std::memory_order_acquire);
-  while (!r->backend_state.compare_exchange_weak(s, s & kPhaseMask, std::memory_order_acq_rel)) {
-  }
-  for (std::uint32_t n = s / kOwedUnit; n > 0; --n) drop(r);  // r may be gone after the last
+  drop_owed(r);  // r may be gone after this
 }
 
 /// Expires pool requests whose deadline passed while queued; returns the

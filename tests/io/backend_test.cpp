@@ -447,6 +447,37 @@ TEST_P(BackendTest, TcpAcceptConnectSendRecv) {
   EXPECT_EQ(std::string(buf, msg.size()), msg);
 }
 
+TEST_P(BackendTest, TwoAcceptsOneConnectionLeaveOneWaiting) {
+  Listener l;  // a blocking listener: the loser must wait, not block a thread
+  TestOp a1(OpCode::accept, l.fd.get());
+  TestOp a2(OpCode::accept, l.fd.get());
+  backend_->submit(&a1);
+  backend_->submit(&a2);
+  Fd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  TestOp connect(OpCode::connect, client.get());
+  set_connect_target(connect, l.addr);
+  EXPECT_EQ(run(connect), 0);
+
+  // Exactly one accept wins; the backend goes on working.
+  TestOp timer(OpCode::timer);
+  timer.deadline_ns = 1'000'000;
+  EXPECT_EQ(run(timer), 0);
+  TestOp* winner = nullptr;
+  for (int round = 0; round < 3000 && winner == nullptr; ++round) {
+    if (a1.wait(10ms)) winner = &a1;
+    else if (a2.wait(10ms)) winner = &a2;
+  }
+  ASSERT_NE(winner, nullptr);
+  TestOp* loser = winner == &a1 ? &a2 : &a1;
+  ASSERT_GE(winner->res, 0);
+  Fd server(static_cast<int>(winner->res));
+  EXPECT_EQ(loser->delivered(), 0);
+  loser->cancel_on(*backend_);
+  ASSERT_TRUE(loser->wait());
+  EXPECT_EQ(loser->res, -ECANCELED);
+  EXPECT_EQ(::fcntl(l.fd.get(), F_GETFL) & O_NONBLOCK, 0);
+}
+
 TEST_P(BackendTest, ConnectToAClosedPortIsRefused) {
   sockaddr_in to{};
   {
