@@ -345,11 +345,6 @@ void ThreadsBackend::drop(Request* r) noexcept {
   }
 }
 
-/// Called only inside a critical section of queue_mutex_ or pool_mutex_: the
-/// poll thread cannot exit, nor shutdown() close efd_ and return, while a
-/// caller holds either (the exit needs queue_mutex_, the pool threads' exit
-/// pool_mutex_). For the same reason submit() and cancel() touch no member
-/// after their last critical section: the backend may be gone by then.
 /// Takes the cancel references owed on `r` (exchanges the count to 0) and
 /// drops them; a cancel() after the exchange links r again and owes its own.
 void ThreadsBackend::drop_owed(Request* r) noexcept {
@@ -359,6 +354,11 @@ void ThreadsBackend::drop_owed(Request* r) noexcept {
   for (std::uint32_t n = s / kOwedUnit; n > 0; --n) drop(r);
 }
 
+/// Called only inside a critical section of queue_mutex_ or pool_mutex_: the
+/// poll thread cannot exit, nor shutdown() close efd_ and return, while a
+/// caller holds either (the exit needs queue_mutex_, the pool threads' exit
+/// pool_mutex_). For the same reason submit() and cancel() touch no member
+/// after their last critical section: the backend may be gone by then.
 void ThreadsBackend::wake() noexcept {
   // Pairs with the poll thread's exchange(false) before it takes its lists:
   // either it takes what we pushed, or our exchange sees false and we write.
@@ -394,7 +394,8 @@ void ThreadsBackend::submit(Request* r) noexcept {
   r->backend_next = r->backend_prev = nullptr;
   r->backend_data = nullptr;
   if (r->deadline_ns > 0) {
-    const std::int64_t at = now_ns() + r->deadline_ns;
+    const std::int64_t now = now_ns();
+    const std::int64_t at = r->deadline_ns < kNever - now ? now + r->deadline_ns : kNever - 1;
     r->backend_ts.tv_sec = at / 1'000'000'000;
     r->backend_ts.tv_nsec = at % 1'000'000'000;
     r->backend_flags |= kHasDeadline;
