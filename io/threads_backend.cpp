@@ -27,6 +27,20 @@
 // contract rules out: that one is finished with -ECANCELED inline, inside a
 // CompletionThread scope, because no backend thread is left to do it.
 //
+// Thread safety: submit() and cancel() may be called from any thread,
+// concurrently, including from a done() callback. shutdown() is idempotent and
+// may race with submit()/cancel() (late submits finish with -ECANCELED), but
+// must not be called from a done() callback (it joins the delivering thread).
+// A pool thread inside a syscall that never returns (open of a FIFO nobody
+// opens) holds shutdown() until it does: running syscalls are waited for.
+//
+// Known limits: fstat() classifies read/write fds at submit, on the caller's
+// thread; requests on one fd and direction complete in submission order only
+// on the poll side; connect() and accept() on a blocking socket make it
+// non-blocking for the call (another thread's concurrent blocking call on the
+// same socket may then see EAGAIN); on a kernel whose pipes refuse RWF_NOWAIT
+// a read after POLLIN is a plain read, and a write is clamped to PIPE_BUF.
+//
 // Request fields this backend uses (the backend_* scratch):
 //   backend_state  atomic: phase (low 2 bits) + cancel references owed (rest);
 //                  see kPending and kOwedUnit below.
@@ -41,6 +55,8 @@
 //   backend_ts     absolute CLOCK_MONOTONIC deadline, when kHasDeadline.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -122,6 +138,27 @@ void set_phase(Request* r, std::uint32_t phase) noexcept {
 
 bool is_write_op(OpCode c) noexcept {
   return c == OpCode::write || c == OpCode::writev || c == OpCode::send || c == OpCode::connect;
+}
+
+/// Backend threads block SIGPIPE: a write to a pipe (or socket) whose reader
+/// is gone reports -EPIPE instead of killing the process. The signal the
+/// kernel still raises stays pending on the thread; take_sigpipe() discards it.
+void block_sigpipe() noexcept {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+std::int64_t take_sigpipe(std::int64_t res) noexcept {
+  if (res == -EPIPE) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    const timespec zero{};
+    while (::sigtimedwait(&set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  return res;
 }
 
 /// The iovec array of a read/write-family request (one entry for read/write).
@@ -533,6 +570,7 @@ void ThreadsBackend::shutdown() noexcept {
 
 void ThreadsBackend::pool_loop() noexcept {
   CompletionThread scope;
+  block_sigpipe();
   for (;;) {
     Request* r = nullptr;
     {
@@ -543,7 +581,7 @@ void ThreadsBackend::pool_loop() noexcept {
       set_phase(r, kRunning);    // from here a cancel() has no effect
     }
     // A deadline applies while queued only: a started syscall completes.
-    const std::int64_t res = now_ns() >= deadline_of(r) ? -ETIMEDOUT : run_blocking(r);
+    const std::int64_t res = now_ns() >= deadline_of(r) ? -ETIMEDOUT : take_sigpipe(run_blocking(r));
     complete(r, res);
   }
 }
@@ -692,7 +730,7 @@ std::int64_t ThreadsBackend::attempt(Request* r, bool ready) noexcept {
     if (n >= 0) return static_cast<std::int64_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return kWait;
-    return neg_errno();
+    return take_sigpipe(neg_errno());
   }
 }
 
@@ -764,6 +802,7 @@ std::int64_t ThreadsBackend::expire_pool(std::int64_t now) noexcept {
 
 void ThreadsBackend::poll_loop() {
   CompletionThread scope;
+  block_sigpipe();
   std::vector<pollfd> fds;
   std::vector<std::size_t> slot;  // fds[i + 1] belongs to waiting_[slot[i]]
   for (;;) {

@@ -800,6 +800,26 @@ TEST(ThreadsBackend, QueuedFileRequestsExpireAndCancelWhileTheSyscallRunningComp
   std::filesystem::remove_all(dir, ec);
 }
 
+/// A write to a pipe whose reader is gone reports -EPIPE and raises no
+/// SIGPIPE that would kill the process (a file write on a pool thread and a
+/// pipe write on the poll thread). Threads only: io_uring may raise it in the
+/// submitting task, as write(2) does.
+TEST(ThreadsBackend, WriteToABrokenPipeIsEPIPENotSIGPIPE) {
+  auto backend = detail::make_threads_backend(IoOptions{});
+  Pipe p = make_pipe();
+  p.r.reset();
+  std::string msg = "lost";
+  TestOp w(OpCode::write, p.w.get(), msg.data(), msg.size(), detail::kNoOffset);
+  backend->submit(&w);
+  ASSERT_TRUE(w.wait());
+  EXPECT_EQ(w.res, -EPIPE);
+  TestOp again(OpCode::write, p.w.get(), msg.data(), msg.size(), detail::kNoOffset);
+  backend->submit(&again);
+  ASSERT_TRUE(again.wait());
+  EXPECT_EQ(again.res, -EPIPE);
+  backend->shutdown();
+}
+
 /// Requests on one socket complete in submission order.
 TEST(ThreadsBackend, RequestsOnOneFdCompleteInOrder) {
   auto backend = detail::make_threads_backend(IoOptions{});
