@@ -64,8 +64,7 @@ void Engine::submit_post(detail::OpGuard& guard, Context ctx, const OpAttrs& att
     throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
   }
   detail::OpRecord* op = guard.get();
-  op->kind = detail::OpKind::fn;
-  op->posted = true;
+  op->kind = detail::OpKind::posted;
   core_->submit(op, ctx, nullptr, 0, attrs);
   guard.release();
 }

@@ -311,7 +311,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (opts_.max_in_flight != 0 && op->kind != OpKind::wait_var && !op->posted &&
+  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var &&
       held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
     throttle();
   }
@@ -486,24 +486,19 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
   // async ops in the pushing thread); made ready by a completion, it is
   // trampolined. A waiter's wake-up is bookkeeping and never deferred: the
   // waiting thread may be the one that would run the deferred list.
-  auto run_inline = [&](OpRecord* o) { (from_push || o->kind == OpKind::wait_var) ? run_now(o) : run_later(o); };
-  if (op->kind == OpKind::wait_var) {
-    run_now(op);  // bookkeeping only
-    return;
-  }
-  if (op->posted) {
-    // Never on the posting thread. The naive engine runs a post made inside
-    // one of its ops after that op (its serial policy), any other on its helper.
-    if (opts_.kind != EngineKind::naive) {
-      route(op)->enqueue(op);
+  auto run_inline = [&](OpRecord* o) { from_push ? run_now(o) : run_later(o); };
+  if (op->kind >= OpKind::wait_var) [[unlikely]] {
+    if (op->kind == OpKind::wait_var) {
+      run_now(op);  // bookkeeping only, never deferred
+    } else if (opts_.kind != EngineKind::naive) {
+      route(op)->enqueue(op);  // a post: never on the posting thread
     } else if (ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr)) {
-      run_later(op);
+      run_later(op);  // naive, posted from inside one of its ops: right after that op
     } else {
       helper_pool().enqueue(op);
     }
     return;
   }
-  const bool skip = op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run;
   if (opts_.kind == EngineKind::naive) {
     // Serial policy: on the thread that pushes or completes, except a
     // completion thread, which never runs user code.
@@ -514,8 +509,8 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     }
     return;
   }
-  if (skip) {
-    // Bookkeeping, but destroying the body may resume a coroutine: made
+  if (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run) {
+    // Skipped: bookkeeping, but destroying the body may resume a coroutine: made
     // ready by a completion on a thread that is not a worker, it goes to one.
     if (!from_push && ts.engine != this) {
       route(op)->enqueue(op);

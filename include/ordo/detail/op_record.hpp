@@ -21,7 +21,10 @@ struct OpRecord;
 enum class OpKind : std::uint8_t {
   fn,        ///< body in OpRecord::fn (sync or async)
   oper,      ///< body in the pre-built operator OpRecord::oper
+  // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
+  posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the
+             ///< posting thread, never held back by max_in_flight
 };
 
 /// One access of an op to one variable. While waiting it is linked into the
@@ -63,9 +66,6 @@ struct OpRecord {
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
-  /// Pushed by Engine::post: no variables, never run on the posting thread,
-  /// never held back by max_in_flight. Reset by op_free.
-  bool posted = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
