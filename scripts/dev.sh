@@ -5,17 +5,22 @@
 #   scripts/dev.sh test                      install what is missing, build, run every test
 #   scripts/dev.sh test --sanitize thread    the same tests under ThreadSanitizer (build-tsan/)
 #   scripts/dev.sh test --sanitize address   the same tests under ASan+UBSan (build-asan/)
-#   scripts/dev.sh bench [args]              build in Release and run bench/ordo_workloads
+#   scripts/dev.sh bench [args]              install the peers too, build in Release, run bench/ordo_workloads
+#                                            (with --write-docs: instructions per op under callgrind first)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev)
+# Only `bench` installs these: the peers it compares ordo with (bench/peers/:
+# OpenMP with clang + LLVM's libomp, oneTBB, StarPU) and valgrind for the
+# instruction counts. Builds and tests never need them.
+bench_packages=(clang libomp-dev libtbb-dev libstarpu-dev valgrind)
 
-install_missing() {
+install_missing() {  # [extra packages...]
   local missing=()
-  for p in "${packages[@]}"; do
+  for p in "${packages[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -69,9 +74,29 @@ case "$cmd" in
     "${run[@]}" ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900
     ;;
   bench)
-    install_missing
+    install_missing "${bench_packages[@]}"
     configure_build build-release -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_EXAMPLES=OFF
-    ./build-release/bench/ordo_workloads "$@"
+    grep 'ordo bench: peer' build-release/configure.log >&2 || true
+    bin=./build-release/bench/ordo_workloads
+    extra=()
+    # Instructions per op (timing-noise-free): when the report is written, or
+    # ORDO_BENCH_CALLGRIND=1; ORDO_BENCH_CALLGRIND=0 never.
+    callgrind=${ORDO_BENCH_CALLGRIND:-}
+    if [ -z "$callgrind" ]; then
+      callgrind=0
+      for a in "$@"; do case "$a" in --write-docs*) callgrind=1 ;; esac; done
+    fi
+    if [ "$callgrind" = 1 ] && command -v valgrind >/dev/null; then
+      echo "== instructions per op under callgrind (bench/callgrind_per_op.sh, callgrind_peers.sh; minutes)" >&2
+      WORKLOADS="W1 W2 W2op W2co W3 W4 W4co W5" ENGINES="ordo ordo-naive" bench/callgrind_per_op.sh "$bin" \
+        > build-release/callgrind_per_op.txt
+      # The peers, smaller (StarPU is slow under valgrind): a tbb-flow replay includes building its graph.
+      OPS=20000 WORKLOADS="W2 W4" bench/callgrind_peers.sh build-release/bench | tail -n +2 \
+        >> build-release/callgrind_per_op.txt
+      cat build-release/callgrind_per_op.txt >&2
+      extra=(--callgrind-file build-release/callgrind_per_op.txt)
+    fi
+    "$bin" "${extra[@]}" "$@"
     ;;
   *)
     sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'

@@ -59,6 +59,17 @@ void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
   guard.release();
 }
 
+void Engine::submit_post(detail::OpGuard& guard, Context ctx, const OpAttrs& attrs) {
+  if (attrs.prop == FnProperty::delete_var) {
+    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+  }
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn;
+  op->posted = true;
+  core_->submit(op, ctx, nullptr, 0, attrs);
+  guard.release();
+}
+
 detail::OperatorRecord* Engine::alloc_operator() { return core_->alloc_operator(); }
 
 void Engine::free_operator(detail::OperatorRecord* rec) noexcept { core_->free_operator(rec); }
@@ -135,6 +146,12 @@ std::size_t Engine::in_flight() const noexcept { return core_->in_flight(); }
 std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
 const Options& Engine::options() const noexcept { return core_->options(); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
+
+CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {
+  detail::t_state.completion_thread = true;
+}
+CompletionThread::~CompletionThread() { detail::t_state.completion_thread = outer_; }
+bool CompletionThread::active() noexcept { return detail::t_state.completion_thread; }
 
 std::exception_ptr Engine::skip_reason() noexcept {
   const std::exception_ptr* reason = detail::t_state.skip_reason;

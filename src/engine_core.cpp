@@ -95,6 +95,7 @@ EngineCore::~EngineCore() {
 bool EngineCore::all_idle() const noexcept {
   auto idle = [](const std::unique_ptr<WorkerPool>& p) { return !p || p->idle(); };
   if (!idle(cpu_) || !idle(cpu_priority_) || !idle(io_)) return false;
+  if (const WorkerPool* h = helper_.load(std::memory_order_acquire); h != nullptr && !h->idle()) return false;
   for (const auto& d : devices_) {
     const DevicePools* pools = d.load(std::memory_order_acquire);
     if (pools != nullptr && (!pools->compute->idle() || !pools->copy_in->idle() || !pools->copy_out->idle())) {
@@ -162,6 +163,7 @@ bool EngineCore::shutdown() noexcept {
   if (io_) io_->stop_and_join();
   {
     std::lock_guard lock(device_mutex_);
+    if (helper_storage_) helper_storage_->stop_and_join();
     for (auto& d : device_storage_) {
       d->compute->stop_and_join();
       d->copy_in->stop_and_join();
@@ -309,7 +311,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (opts_.max_in_flight != 0 && op->kind != OpKind::wait_var &&
+  if (opts_.max_in_flight != 0 && op->kind != OpKind::wait_var && !op->posted &&
       held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
     throttle();
   }
@@ -420,6 +422,17 @@ DevicePools& EngineCore::device(int id) {
   return *d;
 }
 
+WorkerPool& EngineCore::helper_pool() {
+  WorkerPool* h = helper_.load(std::memory_order_acquire);
+  if (h != nullptr) return *h;
+  std::lock_guard lock(device_mutex_);
+  if (!helper_storage_) {
+    helper_storage_ = std::make_unique<WorkerPool>(*this, "naive.helper", 1, WorkerPool::Order::fifo);
+    helper_.store(helper_storage_.get(), std::memory_order_release);
+  }
+  return *helper_storage_;
+}
+
 WorkerPool* EngineCore::route(const OpRecord* op) {
   const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
   if (opts_.kind == EngineKind::pooled) return (copy && io_) ? io_.get() : cpu_.get();
@@ -474,9 +487,41 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
   // trampolined. A waiter's wake-up is bookkeeping and never deferred: the
   // waiting thread may be the one that would run the deferred list.
   auto run_inline = [&](OpRecord* o) { (from_push || o->kind == OpKind::wait_var) ? run_now(o) : run_later(o); };
+  if (op->kind == OpKind::wait_var) {
+    run_now(op);  // bookkeeping only
+    return;
+  }
+  if (op->posted) {
+    // Never on the posting thread. The naive engine runs a post made inside
+    // one of its ops after that op (its serial policy), any other on its helper.
+    if (opts_.kind != EngineKind::naive) {
+      route(op)->enqueue(op);
+    } else if (ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr)) {
+      run_later(op);
+    } else {
+      helper_pool().enqueue(op);
+    }
+    return;
+  }
   const bool skip = op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run;
-  if (opts_.kind == EngineKind::naive || op->kind == OpKind::wait_var || skip) {
-    run_inline(op);  // naive policy, or bookkeeping only
+  if (opts_.kind == EngineKind::naive) {
+    // Serial policy: on the thread that pushes or completes, except a
+    // completion thread, which never runs user code.
+    if (!from_push && ts.completion_thread) {
+      helper_pool().enqueue(op);
+    } else {
+      run_inline(op);
+    }
+    return;
+  }
+  if (skip) {
+    // Bookkeeping, but destroying the body may resume a coroutine: made
+    // ready by a completion on a thread that is not a worker, it goes to one.
+    if (!from_push && ts.engine != this) {
+      route(op)->enqueue(op);
+    } else {
+      run_inline(op);
+    }
     return;
   }
   if (op->prop == FnProperty::async && (from_push || ts.engine == this)) {

@@ -107,6 +107,7 @@ class EngineCore {
  private:
   WorkerPool* route(const OpRecord* op);
   DevicePools& device(int id);
+  WorkerPool& helper_pool();
   void run_now(OpRecord* op);
   void run_later(OpRecord* op);
   void op_finished() noexcept;
@@ -129,6 +130,10 @@ class EngineCore {
   std::unique_ptr<WorkerPool> cpu_;
   std::unique_ptr<WorkerPool> cpu_priority_;  ///< per_device only
   std::unique_ptr<WorkerPool> io_;            ///< pooled only
+  /// naive only: one thread for posts and for work made ready by a completion
+  /// thread (created on first use, under device_mutex_; published with release).
+  std::atomic<WorkerPool*> helper_{nullptr};
+  std::unique_ptr<WorkerPool> helper_storage_;  ///< guarded by device_mutex_
   std::mutex device_mutex_;
   /// Device pools, published with release after construction under device_mutex_.
   std::array<std::atomic<DevicePools*>, kMaxDevices> devices_{};

@@ -40,6 +40,7 @@ void op_free(OpRecord* op) noexcept {
     op->access = op->inline_access;
   }
   op->engine = nullptr;
+  op->posted = false;
   op->oper = nullptr;
   op->aux = nullptr;
   op->name = nullptr;

@@ -42,6 +42,9 @@ struct ThreadState {
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
   /// While the body of a skipped op is destroyed: the error that skipped it.
   const std::exception_ptr* skip_reason = nullptr;
+  /// Inside an ordo::CompletionThread scope: an I/O reaper or event watcher
+  /// that must never run user code (work it makes ready always goes to a pool).
+  bool completion_thread = false;
 };
 extern thread_local ThreadState t_state;
 

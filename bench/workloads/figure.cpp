@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <exception>
-#include <sstream>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,56 +37,34 @@ double cpu_seconds(const rusage& u) {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-std::vector<std::string> split_commas(std::string_view s) {
-  std::vector<std::string> out;
-  for (std::size_t start = 0; start <= s.size();) {
-    const auto comma = std::min(s.find(',', start), s.size());
-    if (comma > start) out.emplace_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
+/// The answer line in a child's output (a peer's runtime may print other lines first).
+std::string answer_line(const std::string& out) {
+  std::size_t at = out.rfind("\nops=");
+  at = at == std::string::npos ? (out.rfind("ops=", 0) == 0 ? 0 : std::string::npos) : at + 1;
+  return at == std::string::npos ? std::string() : out.substr(at);
 }
 
-std::string no_spaces(std::string s) {
-  for (char& ch : s) {
-    if (ch == ' ' || ch == '\n' || ch == '\t') ch = '_';
+/// In the forked child: replaces this process by the peer's executable, its
+/// stdout the pipe to the parent. Returns only if exec failed.
+void exec_peer(const Job& job, const Progress& progress, const std::string& exe, int out_fd) {
+  std::vector<std::string> args{exe, "--workload", job.workload, "--ops", std::to_string(job.ops),
+                                "--runs", std::to_string(job.runs), "--spin", std::to_string(job.spin_iters),
+                                "--label", job.workload + " " + job.engine.name};
+  if (job.reference) {
+    args.emplace_back("--reference");
+    args.push_back(std::to_string(*job.reference));
   }
-  return s.empty() ? "-" : s;
-}
-
-/// The child's answer to the parent: one line of key=value fields.
-std::string serialize(const Measurement& m) {
-  std::ostringstream out;
-  out.precision(17);
-  out << "ops=" << m.ops << " digest=" << m.digest << " ok=" << m.ok << " workers=" << m.workers
-      << " newvar=" << m.new_variable_ns << " error=" << no_spaces(m.error) << " secs=";
-  for (std::size_t i = 0; i < m.seconds.size(); ++i) out << (i ? "," : "") << m.seconds[i];
-  out << "\n";
-  return out.str();
-}
-
-bool deserialize(const std::string& line, Measurement& m) try {
-  std::istringstream in(line);
-  bool complete = false;
-  for (std::string field; in >> field;) {
-    const auto eq = field.find('=');
-    if (eq == std::string::npos) return false;
-    const std::string key = field.substr(0, eq);
-    const std::string value = field.substr(eq + 1);
-    if (key == "ops") m.ops = std::stoull(value);
-    if (key == "digest") m.digest = std::stoull(value);
-    if (key == "ok") m.ok = value == "1";
-    if (key == "workers") m.workers = static_cast<unsigned>(std::stoul(value));
-    if (key == "newvar") m.new_variable_ns = std::stod(value);
-    if (key == "error") m.error = value == "-" ? "" : value;
-    if (key == "secs") {
-      for (const auto& s : split_commas(value)) m.seconds.push_back(std::stod(s));
-      complete = true;
-    }
+  if (progress.enabled()) {
+    char t0[64];
+    std::snprintf(t0, sizeof t0, "%.6f", progress.start_s());
+    args.insert(args.end(), {"--progress", progress.position(), "--t0", t0});
   }
-  return complete;
-} catch (const std::exception&) {  // a garbled answer (std::stoull and friends)
-  return false;
+  for (const auto& a : job.engine.peer->args) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (dup2(out_fd, STDOUT_FILENO) < 0) return;
+  execv(exe.c_str(), argv.data());
 }
 
 }  // namespace
@@ -147,6 +123,10 @@ Figure measure_in_child(const Job& job, const Progress& progress, double timeout
   }
   if (pid == 0) {
     close(fds[0]);
+    if (job.engine.peer) {
+      exec_peer(job, progress, peer_executable(*job.engine.peer), fds[1]);
+      _exit(127);
+    }
     const std::string answer = serialize(measure_here(job, progress));
     std::size_t done = 0;
     while (done < answer.size()) {
@@ -197,7 +177,7 @@ Figure measure_in_child(const Job& job, const Progress& progress, double timeout
   } else if (WIFSIGNALED(status)) {
     fig.m = {};
     fig.m.error = "child_killed_by_signal_" + std::to_string(WTERMSIG(status));
-  } else if (!deserialize(answer, fig.m)) {
+  } else if (!deserialize(answer_line(answer), fig.m)) {
     fig.m = {};
     fig.m.error = "child_exit_" + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "_no_answer";
   }

@@ -37,6 +37,11 @@ class Progress {
     std::fflush(stderr);
   }
   [[nodiscard]] double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  [[nodiscard]] bool enabled() const { return enabled_; }
+  /// "index/total" and the start as seconds of the (system-wide) steady
+  /// clock: a peer executable shows its runs in the same status line.
+  [[nodiscard]] std::string position() const { return std::to_string(index_) + "/" + std::to_string(total_); }
+  [[nodiscard]] double start_s() const { return std::chrono::duration<double>(start_.time_since_epoch()).count(); }
 
  private:
   bool enabled_;

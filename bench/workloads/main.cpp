@@ -1,14 +1,17 @@
 // bench/workloads/main.cpp - ordo_workloads: the dependency-engine workload driver.
 //
-// Replays the W1..W6 traces (see workload.hpp) on the serial loop and on
-// several ordo configurations, verifies every result against the serial one,
-// and prints one line per figure:
+// Replays the W1..W6 traces (see workload.hpp) on the serial loop, on
+// several ordo configurations and on the peers (OpenMP, oneTBB flow graph,
+// StarPU: bench/peers/, each its own executable, built when its package is
+// installed), verifies every result against the serial one, and prints one
+// line per figure:
 //
 //   RESULT engine=<name> workload=<id> ops_per_s=<median> ok=<0|1> [key=value ...]
 //
 // Every (engine, workload) figure is measured in a forked child (trace
-// generation included), so that its peak RSS can be read from wait4(). The
-// parent never creates an engine (and so no thread) before forking.
+// generation included; a peer's child execs the peer), so that its peak RSS
+// can be read from wait4(). The parent never creates an engine (and so no
+// thread) before forking.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,16 +35,23 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: ordo_workloads [options]
 
-  --workload W1,W2,...   workloads to run (default: all of W1 W2 W2op W3 W4 W5 W6)
+  --workload W1,W2,...   workloads to run (default: all of W1 W2 W2op W2co W3 W4 W4co W5 W6;
+                         peers run W1-W6 only: W2op, W2co, W4co are ways of driving ordo)
   --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled
-                         ordo-naive); serial always runs, as the reference
+                         ordo-naive omp-gomp omp-llvm tbb-flow tbb-flow+build starpu);
+                         serial always runs, as the reference; a peer that was not built
+                         (package missing) is skipped with a message
+  --no-peers             leave the peers out (same as listing only serial and ordo engines)
   --runs N               runs per figure; the median, min and max are reported (default 5)
   --ops N                ops per workload (default 1000000, at most 20000000)
   --w6-ops N             ops of W6 (default: --ops / 5)
   --work-us X            busy work per W6 op in microseconds (default 10)
   --quick                CI-size smoke run: --ops 50000 --runs 1 unless given
   --write-docs PATH      also write the Markdown report to PATH
-  --no-fork              measure in-process (no per-figure peak RSS; for profilers)
+  --callgrind-file PATH  instructions per op from bench/callgrind_per_op.sh's output: an
+                         instr/op column in the report and instr_per_op= in RESULT lines
+  --no-fork              measure in-process (no per-figure peak RSS; for profilers);
+                         peers still run in their own process
   --timeout S            give up on a figure after S seconds (default 300)
   --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
                          (default: Options{}.max_in_flight, 4096; 0: unbounded)
@@ -68,6 +78,8 @@ struct Config {
   double timeout_s = 300;
   std::optional<std::size_t> max_in_flight;  ///< unset: the engine's default
   double wait_quiet_s = 0;
+  bool no_peers = false;
+  std::optional<std::string> callgrind_file;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -134,6 +146,10 @@ Config parse_args(int argc, char** argv) {
       c.w6_ops = parse_number<std::size_t>(flag, value());
     } else if (flag == "--work-us") {
       c.work_us = parse_number<double>(flag, value());
+    } else if (flag == "--callgrind-file") {
+      c.callgrind_file = value();
+    } else if (flag == "--no-peers") {
+      c.no_peers = true;
     } else if (flag == "--quick") {
       c.quick = true;
     } else if (flag == "--write-docs") {
@@ -154,6 +170,7 @@ Config parse_args(int argc, char** argv) {
   if (c.engines.empty()) {
     for (const auto& e : ob::all_engines()) c.engines.push_back(e.name);
   }
+  if (c.no_peers) std::erase_if(c.engines, [](const std::string& e) { return ob::find_engine(e)->peer.has_value(); });
   // Keep a typo from exhausting the (shared) machine: a trace costs about
   // 17 bytes per op and the engines several hundred bytes per op in flight.
   constexpr std::size_t kMaxOps = 20'000'000;
@@ -190,7 +207,7 @@ std::string local_date() {
 /// on `shared` (the workload's trace) with --no-fork. With --wait-quiet, a
 /// figure disturbed by other processes is measured again (the quietest kept).
 ob::Figure run_figure(const ob::Job& job, const Config& cfg, const ob::Progress& progress, const ob::Trace* shared) {
-  if (!cfg.fork) {
+  if (!cfg.fork && !job.engine.peer) {
     return ob::Figure{.engine = job.engine.name, .workload = job.workload, .m = ob::measure_here(job, progress, shared)};
   }
   const std::string label = job.workload + " " + job.engine.name;
@@ -223,14 +240,30 @@ int run(int argc, char** argv) {
   info.max_in_flight = cfg.max_in_flight.value_or(ordo::Options{}.max_in_flight);
   info.max_in_flight_given = cfg.max_in_flight.has_value();
   info.load_before = ob::load_average();
+  if (cfg.callgrind_file) ob::read_callgrind_file(*cfg.callgrind_file, info);
 
   // serial first: it provides the reference digest for the other engines.
   std::vector<const ob::EngineSpec*> engines{ob::find_engine("serial")};
   for (const auto& name : cfg.engines) {
-    if (name != "serial") engines.push_back(ob::find_engine(name));
+    if (name == "serial") continue;
+    const ob::EngineSpec* e = ob::find_engine(name);
+    if (e->peer && ob::peer_executable(*e->peer).empty()) {
+      std::fprintf(stderr, "peer %s skipped: %s not installed (%s not built next to ordo_workloads)\n", name.c_str(),
+                   e->peer->package.c_str(), e->peer->executable.c_str());
+      info.skipped_peers.push_back(name + " (" + e->peer->package + " not installed)");
+      continue;
+    }
+    engines.push_back(e);
   }
   const bool print_serial = std::find(cfg.engines.begin(), cfg.engines.end(), "serial") != cfg.engines.end();
-  progress.set_total(static_cast<int>(cfg.workloads.size() * engines.size()));
+  auto runs_on = [](const ob::EngineSpec& e, const std::string& workload) {
+    return !e.peer || ob::base_workload(workload) == workload;
+  };
+  int total = 0;
+  for (const auto& w : cfg.workloads) {
+    for (const ob::EngineSpec* e : engines) total += runs_on(*e, w) ? 1 : 0;
+  }
+  progress.set_total(total);
 
   // Calibrated once, here, so that the serial loop and every engine spin alike.
   const bool has_w6 = std::find(cfg.workloads.begin(), cfg.workloads.end(), "W6") != cfg.workloads.end();
@@ -253,6 +286,7 @@ int run(int argc, char** argv) {
       shared_trace.emplace(ob::make_trace(workload, ops, info.spin_iters));
     }
     for (const ob::EngineSpec* engine : engines) {
+      if (!runs_on(*engine, workload)) continue;
       const bool is_serial = engine->name == "serial";
       progress.next_figure();
       ob::Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};

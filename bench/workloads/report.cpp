@@ -30,6 +30,30 @@ const Figure* find_figure(const std::vector<Figure>& figures, std::string_view e
   return nullptr;
 }
 
+bool is_peer(std::string_view engine) {
+  const EngineSpec* e = find_engine(engine);
+  return e != nullptr && e->peer.has_value();
+}
+
+/// The fastest verified peer figure of `workload`'s base workload (peers run
+/// W2 for W2op/W2co and W4 for W4co), or nullptr if no peer ran.
+const Figure* best_peer(const std::vector<Figure>& figures, std::string_view workload) {
+  const std::string_view base = base_workload(workload);
+  const Figure* best = nullptr;
+  for (const Figure& f : figures) {
+    if (f.workload != base || !is_peer(f.engine) || !f.m.ok || f.m.seconds.empty()) continue;
+    if (best == nullptr || ops_per_second(f.m).median > ops_per_second(best->m).median) best = &f;
+  }
+  return best;
+}
+
+std::optional<double> ratio_to(const Figure& f, const Figure* other) {
+  if (other == nullptr || other->m.seconds.empty() || f.m.seconds.empty()) return std::nullopt;
+  const double base = ops_per_second(other->m).median;
+  if (base <= 0) return std::nullopt;
+  return ops_per_second(f.m).median / base;
+}
+
 std::optional<double> ratio_to_serial(const Figure& f, const Figure* serial) {
   if (serial == nullptr || serial == &f || serial->m.seconds.empty() || f.m.seconds.empty()) return std::nullopt;
   const double base = ops_per_second(serial->m).median;
@@ -130,8 +154,9 @@ void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::v
   out << "## ordo against the targets\n\n"
          "`ordo` is the default engine (`ordo::Options{}`); \"best variant\" is the fastest of the ordo "
          "configurations measured here (`ordo-naive` runs every op inline on the pushing thread: no "
-         "parallelism, it shows what the dependency bookkeeping alone costs). MXNet and peer figures are the ones quoted in the issue (measured "
-         "elsewhere, on another machine), so compare orders of magnitude, not decimals. W6 is a speedup over "
+         "parallelism, it shows what the dependency bookkeeping alone costs). MXNet figures, and peer figures "
+         "marked \"issue\", are the ones quoted in the issue (measured elsewhere, on another machine: compare "
+         "orders of magnitude); peer figures marked \"here\" are this run's best peer. W6 is a speedup over "
          "the serial loop, everything else M ops/s.\n\n"
          "| workload | MXNet engine | best peer | target | ordo (median) | best variant | target met? |\n"
          "|---|---:|---|---:|---:|---|:-:|\n";
@@ -160,9 +185,16 @@ void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::v
     }
     const auto mine = value(*ordo);
     const bool met = mine && *mine >= t.goal;
+    std::string peer_cell = (speedup ? fmt("%.2fx", t.peer_value) : fmt("%.1f", t.peer_value)) + " (issue: " +
+                            std::string(t.peer) + ")";
+    if (const Figure* p = best_peer(figures, t.workload); p != nullptr) {
+      const Figure* pserial = find_figure(figures, "serial", p->workload);
+      const auto v = speedup ? ratio_to_serial(*p, pserial) : std::optional(ops_per_second(p->m).median / 1e6);
+      if (v) peer_cell = show(v) + " (here: " + p->engine + ")";
+    }
     const std::string goal = speedup ? fmt(">= %.1fx", t.goal) : fmt(">= %.0f", t.goal);
     out << "| " << t.workload << " | " << (speedup ? fmt("%.2fx", t.mxnet) : fmt("%.2f", t.mxnet)) << " | "
-        << (speedup ? fmt("%.2fx", t.peer_value) : fmt("%.1f", t.peer_value)) << " (" << t.peer << ") | " << goal
+        << peer_cell << " | " << goal
         << " | " << show(mine) << " | "
         << (best != nullptr ? show(best_value) + " (" + best->engine + ")" : std::string("-")) << " | "
         << (met ? "yes" : "**no**") << " |\n";
@@ -175,6 +207,85 @@ void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::v
     if (!met) misses.push_back("W4 peak RSS: " + fmt("%.1f MiB", *w4->peak_rss_mib) + " vs <= 64 MiB");
   }
   out << "\n";
+}
+
+/// ordo against every peer, per workload, measured in this run; and where
+/// ordo is not ahead of every peer.
+void write_peer_summary(std::ostream& out, const std::vector<Figure>& figures, const RunInfo& info) {
+  std::vector<std::string> peers;  // in report order, those with a figure
+  for (const EngineSpec& e : all_engines()) {
+    if (!e.peer) continue;
+    for (const Figure& f : figures) {
+      if (f.engine == e.name) {
+        peers.push_back(e.name);
+        break;
+      }
+    }
+  }
+  out << "## ordo against the peers (this run)\n\n";
+  if (peers.empty()) {
+    out << "No peer ran in this run";
+    if (!info.skipped_peers.empty()) out << " (skipped: ";
+    for (std::size_t i = 0; i < info.skipped_peers.size(); ++i) out << (i ? ", " : "") << info.skipped_peers[i];
+    if (!info.skipped_peers.empty()) out << ")";
+    out << ".\n\n";
+    return;
+  }
+  out << "M ops/s, median of the runs, same machine, same traces, same op body, every result verified against "
+         "the serial loop (a failed figure shows as failed). `ordo` is the default engine; \"best ordo\" the "
+         "fastest ordo configuration (ordo-naive runs ops inline on the pusher: no parallelism). Peers run the "
+         "base trace of a variant (W2 for W2op and W2co, W4 for W4co). Last column: `ordo` / best peer "
+         "(> 1: ordo ahead).\n\n";
+  out << "| workload | serial | ordo | best ordo |";
+  for (const auto& p : peers) out << " " << p << " |";
+  out << " best peer | ordo / best peer |\n|---|---:|---:|---|";
+  for (std::size_t i = 0; i < peers.size(); ++i) out << "---:|";
+  out << "---|---:|\n";
+  auto cell = [&](const Figure* f) -> std::string {
+    if (f == nullptr) return "-";
+    if (!f->m.ok || f->m.seconds.empty()) return "failed";
+    return mops(ops_per_second(f->m).median);
+  };
+  std::vector<std::string> behind;
+  for (const std::string_view w : kWorkloadIds) {
+    const Figure* ordo = find_figure(figures, "ordo", w);
+    if (ordo == nullptr) continue;
+    const Figure* best_ordo = nullptr;
+    for (const Figure& f : figures) {
+      if (f.workload != w || f.engine.rfind("ordo", 0) != 0 || !f.m.ok || f.m.seconds.empty()) continue;
+      if (best_ordo == nullptr || ops_per_second(f.m).median > ops_per_second(best_ordo->m).median) best_ordo = &f;
+    }
+    const Figure* peer = best_peer(figures, w);
+    out << "| " << w << " | " << cell(find_figure(figures, "serial", w)) << " | " << cell(ordo) << " | "
+        << (best_ordo ? cell(best_ordo) + " (" + best_ordo->engine + ")" : std::string("-")) << " |";
+    for (const auto& p : peers) out << " " << cell(find_figure(figures, p, base_workload(w))) << " |";
+    const double r = ordo->m.ok ? ratio_to(*ordo, peer).value_or(-1) : -1;  // -1: no ratio
+    out << " " << (peer ? peer->engine : std::string("-")) << " | "
+        << (r < 0 ? std::string("-") : r < 1 ? "**" + fmt("%.2f", r) + "**" : fmt("%.2f", r)) << " |\n";
+    if (r >= 0 && r < 1) {
+      std::string who;
+      for (const auto& p : peers) {
+        const Figure* f = find_figure(figures, p, base_workload(w));
+        if (f != nullptr && f->m.ok && ratio_to(*ordo, f).value_or(2) < 1) {
+          who += (who.empty() ? "" : ", ") + p + " " + cell(f);
+        }
+      }
+      behind.push_back(std::string(w) + ": ordo " + cell(ordo) + " M ops/s is behind " + who);
+    }
+  }
+  out << "\n";
+  if (!info.skipped_peers.empty()) {
+    out << "Peers skipped in this run: ";
+    for (std::size_t i = 0; i < info.skipped_peers.size(); ++i) out << (i ? ", " : "") << info.skipped_peers[i];
+    out << ".\n\n";
+  }
+  if (behind.empty()) {
+    out << "ordo (the default engine) is ahead of every peer on every workload of this run.\n\n";
+  } else {
+    out << "**Where ordo is not ahead of every peer** (why: see the notes at the end):\n\n";
+    for (const auto& b : behind) out << "- " << b << "\n";
+    out << "\n";
+  }
 }
 
 void write_workload_table(std::ostream& out, const std::vector<Figure>& figures, std::string_view workload,
@@ -192,22 +303,45 @@ void write_workload_table(std::ostream& out, const std::vector<Figure>& figures,
       break;
     }
   }
-  out << "| engine | M ops/s (median) | min - max | x serial | peak RSS (MiB) | other load | ok |\n"
-         "|---|---:|---:|---:|---:|---:|:-:|\n";
-  for (const Figure& f : figures) {
-    if (f.workload != workload) continue;
-    out << "| " << f.engine << " | ";
+  const Figure* peer = best_peer(figures, workload);
+  if (peer != nullptr && base_workload(workload) != workload) {
+    out << "Peers run the " << base_workload(workload) << " trace (this variant only changes how ordo is driven); "
+        << "\"x best peer\" compares with the best of them there (`" << peer->engine << "`).\n\n";
+  }
+  out << "| engine | M ops/s (median) | min - max | x serial | x best peer | peak RSS (MiB) | instr/op | other load | ok |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|:-:|\n";
+  auto row = [&](const Figure& f) {
+    out << "| " << (f.workload == workload ? f.engine : f.engine + " (" + f.workload + ")") << " | ";
     if (f.m.seconds.empty()) {
-      out << "- | - | - | ";
+      out << "- | - | - | - | ";
     } else {
       const Stats s = ops_per_second(f.m);
       const auto ratio = ratio_to_serial(f, serial);
+      const auto vs_peer = ratio_to(f, peer);
       out << mops(s.median) << " | " << mops(s.min) << " - " << mops(s.max) << " | "
-          << (ratio ? fmt("%.2f", *ratio) : std::string(&f == serial ? "1.00" : "-")) << " | ";
+          << (ratio ? fmt("%.2f", *ratio) : std::string(&f == serial ? "1.00" : "-")) << " | "
+          << (vs_peer ? fmt("%.2f", *vs_peer) : std::string("-")) << " | ";
     }
+    const auto instr = info.instr_per_op.find({f.workload, f.engine});
     out << (f.peak_rss_mib ? fmt("%.1f", *f.peak_rss_mib) : std::string("-")) << " | "
+        << (instr != info.instr_per_op.end() ? fmt("%.0f", instr->second) : std::string("-")) << " | "
         << (f.other_load ? fmt("%.2f", *f.other_load) : std::string("-")) << " | "
         << (f.m.ok ? "1" : "**0** (" + f.m.error + ")") << " |\n";
+  };
+  for (const Figure& f : figures) {
+    if (f.workload == workload) row(f);
+  }
+  std::string build_note;
+  for (const Figure& f : figures) {
+    if (f.workload == workload && f.m.untimed_seconds > 0) {
+      build_note += (build_note.empty() ? "" : ", ") + ("`" + f.engine + "` " +
+                    fmt("%.3f s", f.m.untimed_seconds) + " (" +
+                    mops(static_cast<double>(f.m.ops) / f.m.untimed_seconds) + " M ops/s)");
+    }
+  }
+  if (!build_note.empty()) {
+    out << "\nGraph construction (median; outside `tbb-flow`'s timed region, inside `tbb-flow+build`'s): "
+        << build_note << ".\n";
   }
   if (workload == "W1") {
     if (const Figure* f = find_figure(figures, "ordo", "W1"); f != nullptr && f->m.new_variable_ns > 0) {
@@ -255,9 +389,30 @@ std::string result_line(const Figure& f, const Figure* serial, const RunInfo& in
   if (f.engine != "serial") out << " workers=" << f.m.workers;  // 0: naive, ops run inline
   if (f.workload == "W1" && f.m.new_variable_ns > 0) out << " new_variable_ns=" << fmt("%.1f", f.m.new_variable_ns);
   if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
-  if (f.engine != "serial" && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
+  if (f.engine.rfind("ordo", 0) == 0 && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
+  if (const auto it = info.instr_per_op.find({f.workload, f.engine}); it != info.instr_per_op.end()) {
+    out << " instr_per_op=" << fmt("%.0f", it->second);
+  }
+  if (f.m.untimed_seconds > 0) out << " build_s=" << fmt("%.4f", f.m.untimed_seconds);
   if (!f.m.error.empty()) out << " error=" << f.m.error;
   return out.str();
+}
+
+void read_callgrind_file(const std::string& path, RunInfo& info) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  info.instr_source = path;
+  std::size_t ordo_ops = 0, peer_ops = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string workload, engine;
+    double ops = 0, total = 0, serial = 0, per_op = 0;
+    if (!(fields >> workload >> engine >> ops >> total >> serial >> per_op) || !is_workload_id(workload)) continue;
+    info.instr_per_op[{workload, engine}] = per_op;
+    (engine.rfind("ordo", 0) == 0 ? ordo_ops : peer_ops) = static_cast<std::size_t>(ops);
+  }
+  if (ordo_ops != 0) info.instr_ops = std::to_string(ordo_ops) + "-op runs (ordo)";
+  if (peer_ops != 0) info.instr_ops += (ordo_ops ? ", " : "") + std::to_string(peer_ops) + "-op runs (peers)";
 }
 
 std::string load_average() {
@@ -297,6 +452,8 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
       << "- load average (1/5/15 min) before: " << info.load_before << ", after: " << info.load_after
       << "; total wall time " << fmt("%.0f", info.total_seconds) << " s\n\n";
 
+  write_peer_summary(out, figures, info);
+
   std::vector<std::string> misses;
   write_targets(out, figures, misses);
   if (misses.empty()) {
@@ -315,7 +472,14 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "slots), so an engine's memory is its row minus the serial row. \"Other load\" is the CPU time that "
          "the rest of the machine used while the figure ran, divided by its wall time (in cores; this machine "
          "is shared, so a figure with a high other load was slowed down by something else). ok = 1: the final slots of every "
-         "run matched the serial loop's (64-bit digest of all slots).\n\n"
+         "run matched the serial loop's (64-bit digest of all slots). \"instr/op\": instructions per op counted by "
+         "callgrind (`bench/callgrind_per_op.sh`: a run of the engine minus a run of the serial loop alone, over "
+         "the ops; engine creation, push, dependency tracking, dispatch, body, completion, idle workers' "
+         "spinning under valgrind's serialised threads), immune to timing noise; \"-\" where not profiled"
+      << (info.instr_source.empty() ? std::string(" (no profile given in this run: --callgrind-file)")
+                                    : " (" + info.instr_ops + "; peers: `bench/callgrind_peers.sh`, one replay = "
+                                          "2 runs minus 1 run, OpenMP with OMP_WAIT_POLICY=passive)")
+      << ".\n\n"
          "Engines: ";
   bool first = true;
   for (const EngineSpec& e : all_engines()) {
@@ -336,6 +500,18 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "inline, no allocation); W2op pushes one pre-built `Operator`.\n"
          "- Each (engine, workload) figure runs in its own forked child, so peak RSS is per figure; the "
          "parent only forks, collects and prints.\n"
+         "- Peers (bench/peers/, one executable each, built when their Debian package is installed) replay "
+         "the same trace, generated by the same code with the same seeds, with the same op body on slots "
+         "initialised alike, and report the same digest; their child process execs the peer, so peak RSS "
+         "is theirs. OpenMP: `parallel` + `single`, one `task` per op with `depend(in: slot...)` / "
+         "`depend(inout: slot...)`, timed from entering the parallel region to its end. oneTBB: the DAG a "
+         "dependency engine would derive (last writer; readers since it) as one `continue_node` per op, "
+         "timed from putting a message into the roots to `wait_for_all` (`tbb-flow`) or from the first "
+         "node's construction (`tbb-flow+build`). StarPU: `starpu_init` (CPU workers only, one per "
+         "hardware thread, scheduler `eager`, no performance models) and the registration of one variable "
+         "handle per variable are outside the timed region; timed: `starpu_task_submit` of every op "
+         "(STARPU_R / STARPU_RW buffers) to `starpu_task_wait_for_all`; submission is capped at 4096 tasks "
+         "in flight, like ordo's default backpressure.\n"
          "- `bench/callgrind_per_op.sh` counts instructions per op under callgrind.\n\n";
 
   std::ofstream file(path, std::ios::trunc);

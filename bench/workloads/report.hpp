@@ -1,8 +1,10 @@
 // bench/workloads/report.hpp - RESULT lines and the Markdown report.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runner.hpp"
@@ -44,7 +46,16 @@ struct RunInfo {
   std::string load_before;      ///< /proc/loadavg when the benchmark started
   std::string load_after;
   double total_seconds = 0;
+  std::vector<std::string> skipped_peers;  ///< "name (package not installed)"
+  /// Instructions per op from bench/callgrind_per_op.sh (--callgrind-file),
+  /// keyed by (workload, engine); and the op count those profiles ran.
+  std::map<std::pair<std::string, std::string>, double> instr_per_op;
+  std::string instr_ops;  ///< "100000 ops (ordo), 20000 ops (peers)": the profiled runs' sizes
+  std::string instr_source;  ///< the file they came from
 };
+
+/// Reads the table printed by bench/callgrind_per_op.sh into info.instr_per_op.
+void read_callgrind_file(const std::string& path, RunInfo& info);
 
 /// The RESULT line of `f`; `serial` is the serial figure of the same workload, if any.
 [[nodiscard]] std::string result_line(const Figure& f, const Figure* serial, const RunInfo& info);

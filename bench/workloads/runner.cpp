@@ -4,8 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <span>
+#include <stdexcept>
 
+#include <unistd.h>
+
+#include <ordo/coro.hpp>
 #include <ordo/ordo.hpp>
+#include <ordo/task.hpp>
 
 namespace ordo_bench {
 
@@ -50,6 +55,32 @@ void push_each(ordo::Engine& engine, const Trace& t, const std::vector<ordo::Var
   }
 }
 
+/// One op of a coroutine workload: awaits its accesses (the access form of
+/// ordo::push), runs the body on the worker that granted them, releases
+/// them with the lease. The lists are copied into the frame (by value).
+ordo::Task<void> coro_op(ordo::Engine& engine, ordo::Reads reads, ordo::Writes writes, const Trace& t,
+                         std::uint64_t* slots, std::uint32_t i) {
+  ordo::Lease lease = co_await engine.push(reads, writes);
+  run_op(t, slots, i);
+}
+
+/// Spawns one coroutine per op of the trace (each pushes its op before
+/// spawn returns, so push order is trace order) and joins them.
+void spawn_each(ordo::Engine& engine, const Trace& t, const std::vector<ordo::Var>& vars, std::uint64_t* slots) {
+  const auto n = static_cast<std::uint32_t>(t.ops());
+  ordo::AsyncScope scope;
+  ordo::Var buf[kMaxAccess];
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t* a = t.acc.data() + t.begin[i];
+    const std::uint32_t na = t.begin[i + 1] - t.begin[i];
+    const std::uint32_t nr = t.n_reads[i];
+    for (std::uint32_t k = 0; k < na; ++k) buf[k] = vars[a[k]];
+    scope.spawn(coro_op(engine, ordo::reads(std::span<const ordo::Var>(buf, nr)),
+                        ordo::writes(std::span<const ordo::Var>(buf + nr, na - nr)), t, slots, i));
+  }
+  scope.sync_join();
+}
+
 /// Pushes one pre-built operator `count` times.
 void push_operator(ordo::Engine& engine, ordo::Operator op, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) engine.push(op, ordo::Context::cpu());
@@ -83,6 +114,8 @@ RunResult run_ordo(const Trace& t, const ordo::Options& options) {
   const auto t0 = Clock::now();
   if (t.prebuilt_operator) {
     push_operator(engine, op, t.ops());
+  } else if (t.coroutine) {
+    spawn_each(engine, t, vars, slots.data());
   } else {
     push_each(engine, t, vars, slots.data());
   }
@@ -93,13 +126,6 @@ RunResult run_ordo(const Trace& t, const ordo::Options& options) {
   const double create_ns = t.num_vars > 0 ? seconds_between(c0, c1) * 1e9 / t.num_vars : 0.0;
   const unsigned workers = options.kind == ordo::EngineKind::naive ? 0 : engine.options().cpu_workers;
   return {seconds_between(t0, t1), digest(slots), create_ns, workers};
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 }  // namespace
@@ -118,9 +144,41 @@ const std::vector<EngineSpec>& all_engines() {
                  "pooled, one CPU worker per hardware thread"});
     e.push_back({"ordo-naive", ordo::Options{.kind = EngineKind::naive},
                  "naive: every op runs inline on the thread that makes it ready"});
+    // Peers (bench/peers/): the same trace and op body in another runtime.
+    auto peer = [&](std::string name, std::string exe, std::vector<std::string> args, std::string package,
+                    std::string description) {
+      e.push_back({std::move(name), std::nullopt, std::move(description),
+                   PeerSpec{std::move(exe), std::move(args), std::move(package)}});
+    };
+    peer("omp-gomp", "ordo_peer_omp", {}, "g++ (libgomp)",
+         "OpenMP tasks, one `#pragma omp task depend(in: ...) depend(inout: ...)` per op from one thread in "
+         "`parallel` + `single`; g++ 12 with libgomp");
+    peer("omp-llvm", "ordo_peer_omp_llvm", {}, "clang, libomp-dev",
+         "the same OpenMP source built by clang++ 14 with LLVM's libomp");
+    peer("tbb-flow", "ordo_peer_tbb", {}, "libtbb-dev",
+         "oneTBB flow graph: one continue_node per op, edges from the trace's dependencies (last writer, "
+         "readers since it), built before timing; timed: starting the roots to wait_for_all");
+    peer("tbb-flow+build", "ordo_peer_tbb", {"--time-build"}, "libtbb-dev",
+         "the same, graph construction included in the timed region");
+    peer("starpu", "ordo_peer_starpu", {}, "libstarpu-dev",
+         "StarPU 1.3: one registered variable handle per variable, one task per op with STARPU_R / "
+         "STARPU_RW accesses, CPU workers only (one per hardware thread), scheduler eager");
     return e;
   }();
   return engines;
+}
+
+std::string peer_executable(const PeerSpec& peer) {
+  static const std::string dir = [] {
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return std::string(".");
+    std::string path(buf, static_cast<std::size_t>(n));
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+  }();
+  const std::string path = dir + "/" + peer.executable;
+  return access(path.c_str(), X_OK) == 0 ? path : std::string();
 }
 
 const EngineSpec* find_engine(std::string_view name) {
@@ -138,6 +196,7 @@ Measurement measure(const EngineSpec& engine, const Trace& trace, int runs, std:
   bool consistent = true;
   for (int r = 1; r <= runs; ++r) {
     if (before_run) before_run(r, runs);
+    if (engine.peer) throw std::logic_error("a peer runs in its own process (figure.cpp)");
     const RunResult res = engine.ordo ? run_ordo(trace, *engine.ordo) : run_serial(trace);
     if (r == 1) m.digest = res.digest;
     consistent = consistent && res.digest == m.digest && (!reference || res.digest == *reference);

@@ -1,5 +1,6 @@
-// bench/workloads/runner.hpp - replaying a trace on the serial loop or on an
-// ordo engine, and timing it.
+// bench/workloads/runner.hpp - the engines under test: the serial loop and
+// the ordo configurations (replayed here), and the peers (separate
+// executables in bench/peers/, run by figure.cpp in a child process).
 #pragma once
 
 #include <cstdint>
@@ -11,31 +12,36 @@
 
 #include <ordo/options.hpp>
 
+#include "measurement.hpp"
 #include "workload.hpp"
 
 namespace ordo_bench {
 
-/// One engine configuration under test.
-struct EngineSpec {
-  std::string name;                    ///< as printed: serial, ordo, ordo-1w, ...
-  std::optional<ordo::Options> ordo;   ///< empty for the serial loop
-  std::string description;
+/// A peer: another dependency runtime, built as its own executable next to
+/// ordo_workloads (bench/peers/) when its package is installed. The child
+/// process execs `executable --workload W --ops N ... args` and reads one
+/// serialize()d Measurement from its stdout (bench/peers/peer_main.hpp).
+struct PeerSpec {
+  std::string executable;          ///< file name, looked up next to ordo_workloads
+  std::vector<std::string> args;   ///< extra arguments (a variant: --build-timed)
+  std::string package;             ///< Debian package(s) it needs, for the skip message
 };
 
-/// Every engine the driver knows, in report order (serial first).
+/// One engine configuration under test.
+struct EngineSpec {
+  std::string name;                    ///< as printed: serial, ordo, ordo-1w, omp-gomp, ...
+  std::optional<ordo::Options> ordo;   ///< ordo engines only
+  std::string description;
+  std::optional<PeerSpec> peer{};      ///< peers only (neither: the serial loop)
+};
+
+/// Every engine the driver knows, in report order (serial, ordo, peers).
 [[nodiscard]] const std::vector<EngineSpec>& all_engines();
 [[nodiscard]] const EngineSpec* find_engine(std::string_view name);
 
-/// What one (engine, workload) measurement produced.
-struct Measurement {
-  std::size_t ops = 0;
-  std::vector<double> seconds;   ///< one per run: first push to wait_for_all() returning
-  std::uint64_t digest = 0;      ///< digest of the final slots (the first run's)
-  bool ok = false;               ///< every run's digest equals the reference (serial: each other)
-  std::string error;             ///< why not ok, or a crash/timeout seen by the parent
-  double new_variable_ns = 0;    ///< median cost of Engine::new_variable (ordo engines)
-  unsigned workers = 0;          ///< CPU workers of the engine (0: serial)
-};
+/// Full path of a peer's executable (next to this program), or "" when it
+/// was not built (its package was missing at configure time).
+[[nodiscard]] std::string peer_executable(const PeerSpec& peer);
 
 /// Called before each run (run is 1-based) so the caller can show progress.
 using RunHook = std::function<void(int run, int runs)>;

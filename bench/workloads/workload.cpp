@@ -122,12 +122,20 @@ bool is_workload_id(std::string_view id) noexcept {
   return std::find(std::begin(kWorkloadIds), std::end(kWorkloadIds), id) != std::end(kWorkloadIds);
 }
 
+std::string_view base_workload(std::string_view id) noexcept {
+  if (id == "W2op" || id == "W2co") return "W2";
+  if (id == "W4co") return "W4";
+  return id;
+}
+
 std::string_view describe_workload(std::string_view id) noexcept {
   if (id == "W1") return "independent: every op mutates its own variable";
   if (id == "W2") return "chain: every op mutates the same variable (ad-hoc push_sync)";
   if (id == "W2op") return "chain, one pre-built Operator pushed for every op";
+  if (id == "W2co") return "chain, every op a coroutine: co_await push(reads, writes) -> Lease, body, release";
   if (id == "W3") return "fan: rounds of 1 writer + 64 readers of one shared variable (each reader writes its own)";
   if (id == "W4") return "random: 1000 variables, 0-3 reads and 1-2 writes per op (splitmix64, fixed seed)";
+  if (id == "W4co") return "random (the W4 trace), every op a coroutine: co_await push(reads, writes) -> Lease, body, release";
   if (id == "W5") return "wavefront: square grid, op (i,j) reads (i-1,j), (i,j-1), writes (i,j); pushed row by row";
   if (id == "W6") return "work: the W4 trace with ~10 us of busy work in every op body";
   return "?";
@@ -144,10 +152,16 @@ Trace make_trace(std::string_view id, std::size_t ops, std::uint32_t spin_iters)
     t = chain(id, ops);
     t.prebuilt_operator = true;
     if (!same_access_lists(t)) throw std::logic_error("W2op: a pre-built operator needs identical ops");
+  } else if (id == "W2co") {
+    t = chain(id, ops);
+    t.coroutine = true;
   } else if (id == "W3") {
     t = fan(ops);
   } else if (id == "W4") {
     t = random_ops(id, ops);
+  } else if (id == "W4co") {
+    t = random_ops(id, ops);
+    t.coroutine = true;
   } else if (id == "W5") {
     t = wavefront(ops);
   } else if (id == "W6") {

@@ -64,6 +64,7 @@ struct Trace {
   std::vector<std::uint32_t> acc;      ///< variable indices
   std::uint32_t spin_iters = 0;        ///< busy work per op (W6), 0 elsewhere
   bool prebuilt_operator = false;      ///< replay as one pre-built Operator pushed ops() times (W2op)
+  bool coroutine = false;              ///< every op is a coroutine awaiting its push (W2co, W4co)
 
   [[nodiscard]] std::size_t ops() const noexcept { return n_reads.size(); }
   [[nodiscard]] std::span<const std::uint32_t> reads(std::size_t i) const noexcept {
@@ -75,8 +76,12 @@ struct Trace {
 };
 
 /// Workload ids in their canonical order.
-inline constexpr std::string_view kWorkloadIds[] = {"W1", "W2", "W2op", "W3", "W4", "W5", "W6"};
+inline constexpr std::string_view kWorkloadIds[] = {"W1", "W2", "W2op", "W2co", "W3", "W4", "W4co", "W5", "W6"};
 [[nodiscard]] bool is_workload_id(std::string_view id) noexcept;
+/// The workload whose trace `id` replays: W2 for W2op and W2co, W4 for W4co,
+/// `id` itself otherwise. The variants differ only in how ordo is driven
+/// (a pre-built Operator, coroutines); peers run the base workloads only.
+[[nodiscard]] std::string_view base_workload(std::string_view id) noexcept;
 /// One-line description of a workload, for the report.
 [[nodiscard]] std::string_view describe_workload(std::string_view id) noexcept;
 

@@ -145,6 +145,24 @@ class Engine {
     return init_operator(rec, reads, writes, attrs);
   }
 
+  /// Runs `fn` (`void(RunContext)` or `void()`) on a worker of `ctx`, routed
+  /// by attrs.prop like an op, with no variables: nothing orders it against
+  /// other work. Unlike a push it never runs on the calling thread (not even
+  /// with the naive engine, whose posts run on a helper thread unless posted
+  /// from inside one of its ops, where they run after that op) and never
+  /// blocks the caller (max_in_flight does not hold it back), so a reactor or
+  /// an executor can hand work to the engine from any thread. Counted by
+  /// in_flight() and waited for by wait_for_all() and the destructor; an
+  /// exception it throws is stored like that of an op with no outputs.
+  template <class F>
+  void post(F&& fn, Context ctx = Context::cpu(), OpAttrs attrs = {}) {
+    static_assert(detail::is_sync_fn_v<std::decay_t<F>>, "post needs a body callable as void(RunContext) or void()");
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    submit_post(guard, ctx, attrs);
+  }
+
   /// Pushes a pre-built operator. `priority` overrides the operator's.
   void push(Operator op, Context ctx, int priority);
   void push(Operator op, Context ctx);
@@ -200,12 +218,37 @@ class Engine {
  private:
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
+  void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();
   void free_operator(detail::OperatorRecord* rec) noexcept;
   static detail::OpFn& operator_fn(detail::OperatorRecord* rec) noexcept;
   Operator init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
 
   std::unique_ptr<detail::EngineCore> core_;
+};
+
+/// Marks the calling thread, for the scope's lifetime, as a completion
+/// thread: a reactor's reaper or an event watcher that completes ops
+/// (OnComplete) and posts work but must never run user code itself. Work such
+/// a thread makes ready always goes to an engine's workers, with every engine
+/// kind: a skipped op (whose destruction may resume a coroutine) and, with the
+/// naive engine, every dependant (run on the naive engine's helper thread).
+/// Other threads that are not workers get the same treatment from the pooled
+/// and per-device engines; the naive engine runs dependants on them inline.
+///
+/// @par Thread safety
+/// Affects the calling thread only; scopes nest.
+class CompletionThread {
+ public:
+  CompletionThread() noexcept;
+  ~CompletionThread();
+  CompletionThread(const CompletionThread&) = delete;
+  CompletionThread& operator=(const CompletionThread&) = delete;
+  /// True inside a CompletionThread scope on the calling thread.
+  [[nodiscard]] static bool active() noexcept;
+
+ private:
+  bool outer_;
 };
 
 }  // namespace ordo

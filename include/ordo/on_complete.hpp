@@ -24,7 +24,9 @@ struct OpRecord;
 /// Any thread may call it, concurrently with anything else the engine does.
 /// The call does bookkeeping only: dependants it makes ready go to the
 /// engine's workers, they never run on the calling thread unless it is
-/// itself a worker of the engine.
+/// itself a worker of the engine. Exception: the naive engine, serial by
+/// design, runs them on the calling thread, unless that thread is inside an
+/// ordo::CompletionThread scope (an I/O reaper), where they go to its helper.
 class OnComplete {
  public:
   OnComplete() = default;

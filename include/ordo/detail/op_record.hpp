@@ -63,6 +63,9 @@ struct OpRecord {
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
+  /// Pushed by Engine::post: no variables, never run on the posting thread,
+  /// never held back by max_in_flight. Reset by op_free.
+  bool posted = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};

@@ -1,0 +1,50 @@
+// bench/peers/peer_main.hpp - what every peer executable shares: argument
+// parsing, the trace (workload.hpp, same generator and seeds as ordo's
+// runs), verification against the serial digest, and the answer line.
+//
+// A peer is one executable per runtime (OpenMP, oneTBB flow graph, StarPU),
+// run by ordo_workloads in a child process:
+//
+//   ordo_peer_X --workload W4 --ops N --runs R --spin S [--reference D] [--label L] [--time-build]
+//               [--progress i/n --t0 SECONDS]
+//
+// It prints one serialize()d Measurement (measurement.hpp) on stdout. Each
+// peer source defines the three functions below; peer_main.cpp has main().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "measurement.hpp"
+#include "workload.hpp"
+
+namespace ordo_bench::peer {
+
+struct Args {
+  std::string workload;
+  std::size_t ops = 0;
+  int runs = 1;
+  std::uint32_t spin_iters = 0;
+  std::optional<std::uint64_t> reference;
+  std::string label;
+  bool time_build = false;  ///< tbb-flow+build: graph construction inside the timed region
+  std::string progress;     ///< "figure/figures" of ordo_workloads' status line, if it shows one
+  double t0 = -1;           ///< ordo_workloads' start, seconds of the steady clock
+};
+
+/// One replay of a trace.
+struct Run {
+  double seconds = 0;          ///< the timed region (submission to the final wait returning)
+  double untimed_seconds = 0;  ///< work done outside it (tbb-flow: building the graph)
+};
+
+/// Starts the runtime once per process (not timed). Returns the number of
+/// worker threads it runs ops on.
+unsigned init(const Args& args);
+/// Replays trace `t` on `slots` (one per variable, already initialised).
+Run run(const Trace& t, std::uint64_t* slots, const Args& args);
+/// Stops the runtime (not timed).
+void shutdown();
+
+}  // namespace ordo_bench::peer

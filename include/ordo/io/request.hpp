@@ -1,0 +1,122 @@
+// ordo/io/request.hpp - one I/O request and the backend interface behind
+// ordo::io::Reactor. Internal (see ordo/io.hpp); public only because the
+// awaitables embed a Request in the coroutine frame (no allocation per I/O).
+#pragma once
+
+#include <linux/time_types.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ordo::io {
+
+enum class Backend : std::uint8_t {
+  automatic,  ///< io_uring if the kernel allows it, else threads (the reason is logged)
+  uring,      ///< io_uring only: the Reactor constructor throws if it is unavailable
+  threads,    ///< blocking syscalls on a few threads, readiness (poll) for sockets and pipes
+};
+
+namespace detail {
+
+enum class OpCode : std::uint8_t {
+  nop,      ///< completes with 0 (tests, wake-ups)
+  openat,   ///< path, op_flags = open flags, mode -> fd
+  close,    ///< fd
+  read,     ///< fd, addr/len buffer, off (off == kNoOffset: current position)
+  write,    ///< fd, addr/len buffer, off
+  readv,    ///< fd, addr = const iovec*, len = iovec count, off
+  writev,   ///< fd, addr = const iovec*, len = iovec count, off
+  fsync,    ///< fd, op_flags = 0 or kFsyncDatasync
+  statx,    ///< fd = dirfd (AT_FDCWD), path, op_flags = AT_* flags, mode = STATX_* mask, addr = struct statx*
+  accept,   ///< fd -> new fd (SOCK_CLOEXEC)
+  connect,  ///< fd, sockaddr in `sa` (sa_len bytes)
+  recv,     ///< fd, addr/len buffer, op_flags = MSG_* flags
+  send,     ///< fd, addr/len buffer, op_flags = MSG_* flags (MSG_NOSIGNAL added)
+  timer,    ///< completes with 0 after `timeout` (deadline_ns, required)
+};
+
+inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
+inline constexpr std::uint32_t kFsyncDatasync = 1;
+
+/// One request. The front end (Reactor) fills the description, sets `done`
+/// and `refs` = 1, then hands it to Backend::submit. From then on the backend
+/// owns the outcome fields and the backend_* fields until it calls
+/// finish_op(); the request is delivered (done(this) runs) when the last
+/// reference is released: the op's own, plus one per cancellation attempt
+/// (see Backend::cancel).
+///
+/// Outcome: `res` >= 0 is the syscall's value (bytes, fd, 0); < 0 is -errno.
+/// A request with a deadline that expired reports -ETIMEDOUT (never the
+/// ECANCELED the kernel uses internally).
+struct Request {
+  // ---- description (front end)
+  OpCode code = OpCode::nop;
+  int fd = -1;
+  void* addr = nullptr;
+  std::uint64_t len = 0;
+  std::uint64_t off = 0;
+  std::uint32_t op_flags = 0;
+  std::uint32_t mode = 0;
+  std::int64_t deadline_ns = 0;  ///< relative deadline; 0: none (a timer's duration)
+  std::string path;              ///< openat / statx
+  sockaddr_storage sa{};         ///< connect
+  socklen_t sa_len = 0;
+
+  // ---- outcome (backend)
+  std::int64_t res = 0;
+
+  // ---- delivery (front end)
+  void (*done)(Request*) noexcept = nullptr;
+  void* user = nullptr;  ///< the front end's object owning this request
+  std::atomic<std::int32_t> refs{0};
+  std::atomic<std::uint64_t> gen{0};  ///< pooled requests: bumped on reuse, checked by Handle::cancel
+
+  // ---- backend scratch (owned by the backend while the request is in flight)
+  Request* backend_next = nullptr;
+  Request* backend_prev = nullptr;
+  std::atomic<std::uint32_t> backend_state{0};
+  std::uint32_t backend_flags = 0;
+  __kernel_timespec backend_ts{};
+  void* backend_data = nullptr;
+};
+
+/// Drops one reference; the last one delivers the request (calls done).
+/// Backends call it once for the op itself (finish_op) and once per cancel().
+inline void release(Request* r) noexcept {
+  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) r->done(r);
+}
+/// The backend's end of an op: stores the result, drops the op's reference.
+inline void finish_op(Request* r, std::int64_t res) noexcept {
+  r->res = res;
+  release(r);
+}
+
+/// What a Reactor runs on. Every callback into the front end (release ->
+/// done) happens on a thread inside an ordo::CompletionThread scope.
+class BackendImpl {
+ public:
+  virtual ~BackendImpl() = default;
+  /// Starts `r` (any thread, concurrently). Never fails synchronously: a
+  /// request that cannot start is finished with its -errno.
+  virtual void submit(Request* r) noexcept = 0;
+  /// Tries to cancel `r`, for which the caller took one extra reference
+  /// (so r is still in flight or at least not delivered). The backend
+  /// releases that reference once the attempt is resolved. If the op had not
+  /// completed, it finishes with -ECANCELED; if it had, the attempt is a
+  /// no-op: exactly one outcome is ever delivered.
+  virtual void cancel(Request* r) noexcept = 0;
+  /// No more submits after this. Cancels everything in flight and returns
+  /// once every request has been delivered and every backend thread joined.
+  virtual void shutdown() noexcept = 0;
+  [[nodiscard]] virtual Backend kind() const noexcept = 0;
+  /// Requests submitted and not yet delivered, internal ones included.
+  [[nodiscard]] virtual std::size_t in_flight() const noexcept = 0;
+};
+
+}  // namespace detail
+}  // namespace ordo::io

@@ -1,0 +1,20 @@
+// io/backends.hpp - the two backends behind ordo::io::Reactor. Internal.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ordo/io/options.hpp"
+#include "ordo/io/request.hpp"
+
+namespace ordo::io::detail {
+
+/// io_uring. Returns null and sets `why_not` (e.g. "io_uring_queue_init: Operation
+/// not permitted (seccomp?)") when the kernel refuses a ring.
+std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, std::string& why_not);
+
+/// Blocking syscalls on IoOptions::threads threads for files and metadata;
+/// sockets, pipes and timers wait for readiness/deadlines on one poll thread.
+std::unique_ptr<BackendImpl> make_threads_backend(const IoOptions& options);
+
+}  // namespace ordo::io::detail

@@ -1,0 +1,653 @@
+// io/reactor.cpp - ordo::io::Reactor: backend choice, request delivery to the
+// engine (OnComplete, posted callbacks, coroutine resumption), exact
+// transfers, cancellation and an orderly shutdown.
+#include <fcntl.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "backends.hpp"
+#include "ordo/io.hpp"
+
+namespace ordo::io {
+
+// ---------------------------------------------------------------------------
+// Options, errors, results
+
+IoOptions IoOptions::from_env() {
+  IoOptions o;
+  if (const char* b = std::getenv("ORDO_IO_BACKEND"); b != nullptr) {
+    const std::string_view v(b);
+    if (v == "uring" || v == "io_uring") {
+      o.backend = Backend::uring;
+    } else if (v == "threads") {
+      o.backend = Backend::threads;
+    } else if (v == "auto" || v.empty()) {
+      o.backend = Backend::automatic;
+    } else {
+      throw Error(Errc::invalid_argument,
+                  "ORDO_IO_BACKEND must be auto, uring or threads, not '" + std::string(v) + "'");
+    }
+  }
+  if (const char* t = std::getenv("ORDO_IO_THREADS"); t != nullptr) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(t, &end, 10);
+    if (end == t || *end != '\0' || n == 0 || n > 1024) {
+      throw Error(Errc::invalid_argument, "ORDO_IO_THREADS must be a number from 1 to 1024, not '" + std::string(t) + "'");
+    }
+    o.threads = static_cast<unsigned>(n);
+  }
+  return o;
+}
+
+namespace {
+class IoCategory final : public std::error_category {
+ public:
+  [[nodiscard]] const char* name() const noexcept override { return "ordo.io"; }
+  [[nodiscard]] std::string message(int v) const override {
+    switch (static_cast<errc>(v)) {
+      case errc::eof:
+        return "end of file (nothing transferred)";
+      case errc::short_transfer:
+        return "short transfer (end of data before the buffer was complete)";
+    }
+    return "unknown ordo.io error " + std::to_string(v);
+  }
+};
+
+std::string describe(std::error_code ec, const char* op, std::size_t transferred) {
+  std::string s = std::string("ordo::io ") + op + ": " + ec.message();
+  if (ec == errc::short_transfer) s += " after " + std::to_string(transferred) + " bytes";
+  return s;
+}
+}  // namespace
+
+const std::error_category& io_category() noexcept {
+  static const IoCategory category;
+  return category;
+}
+
+IoError::IoError(std::error_code ec, const char* op, std::size_t transferred)
+    : std::system_error(ec, describe(ec, op, transferred)), op_(op), transferred_(transferred) {}
+
+const char* Result::op() const noexcept { return detail::op_name(code_); }
+
+void Result::rethrow_if_error() const {
+  if (ec_) throw IoError(ec_, op(), transferred_);
+}
+
+std::size_t Result::value() const {
+  rethrow_if_error();
+  return static_cast<std::size_t>(res_);
+}
+
+const struct statx& Result::stat() const {
+  rethrow_if_error();
+  if (stx_ == nullptr) throw Error(Errc::invalid_argument, std::string("Result::stat() of a ") + op() + " request");
+  return *stx_;
+}
+
+std::exception_ptr Result::exception() const {
+  if (!ec_) return nullptr;
+  return std::make_exception_ptr(IoError(ec_, op(), transferred_));
+}
+
+namespace detail {
+
+const char* op_name(OpCode code) noexcept {
+  switch (code) {
+    case OpCode::nop: return "nop";
+    case OpCode::openat: return "open";
+    case OpCode::close: return "close";
+    case OpCode::read: return "read";
+    case OpCode::write: return "write";
+    case OpCode::readv: return "readv";
+    case OpCode::writev: return "writev";
+    case OpCode::fsync: return "fsync";
+    case OpCode::statx: return "statx";
+    case OpCode::accept: return "accept";
+    case OpCode::connect: return "connect";
+    case OpCode::recv: return "recv";
+    case OpCode::send: return "send";
+    case OpCode::timer: return "sleep_for";
+  }
+  return "io";
+}
+
+namespace {
+
+void copy_description(const Request& from, Request& to) {
+  to.code = from.code;
+  to.fd = from.fd;
+  to.addr = from.addr;
+  to.len = from.len;
+  to.off = from.off;
+  to.op_flags = from.op_flags;
+  to.mode = from.mode;
+  to.deadline_ns = from.deadline_ns;
+  to.path = from.path;
+  to.sa = from.sa;
+  to.sa_len = from.sa_len;
+  to.res = 0;
+  to.backend_flags = 0;
+  to.backend_state.store(0, std::memory_order_relaxed);
+}
+
+/// Progress of an exact transfer.
+struct Exact {
+  bool on = false;
+  std::size_t total = 0;
+  std::size_t moved = 0;
+};
+
+/// After a short exact transfer: advances the request and returns true if it
+/// must be submitted again.
+bool advance_exact(Request* r, Exact& x) {
+  if (!x.on || r->res <= 0) return false;
+  x.moved += static_cast<std::size_t>(r->res);
+  if (x.moved >= x.total) return false;
+  r->addr = static_cast<std::byte*>(r->addr) + r->res;
+  r->len -= static_cast<std::uint64_t>(r->res);
+  if (r->off != kNoOffset) r->off += static_cast<std::uint64_t>(r->res);
+  return true;
+}
+
+/// The request's final outcome.
+void settle(const Request* r, const Exact& x, std::error_code& ec, std::int64_t& value) {
+  if (r->res < 0) {
+    ec = std::error_code(static_cast<int>(-r->res), std::generic_category());
+    value = 0;
+    return;
+  }
+  if (!x.on) {
+    ec = {};
+    value = r->res;
+    return;
+  }
+  if (x.moved >= x.total) {
+    ec = {};
+    value = static_cast<std::int64_t>(x.total);
+  } else {
+    ec = make_error_code(x.moved == 0 ? errc::eof : errc::short_transfer);
+    value = static_cast<std::int64_t>(x.moved);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// IoOpBase: the awaitable form
+
+IoOpBase::~IoOpBase() = default;
+
+IoOpBase::IoOpBase(IoOpBase&& o) : io_(o.io_) {
+  if (o.started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was moved after it started");
+  copy_description(o.req_, req_);
+  if (req_.addr == &o.stx_) req_.addr = &stx_;
+  exact_ = o.exact_;
+  token_ = std::move(o.token_);
+}
+
+void IoOpBase::set_timeout(std::chrono::nanoseconds d) {
+  if (started_) throw Error(Errc::invalid_argument, "IoOp::timeout after the request started");
+  if (d.count() <= 0) throw Error(Errc::invalid_argument, "IoOp::timeout needs a positive duration");
+  if (req_.code == OpCode::timer) throw Error(Errc::invalid_argument, "IoOp::timeout on sleep_for");
+  req_.deadline_ns = d.count();
+}
+
+void IoOpBase::set_exact() {
+  if (started_) throw Error(Errc::invalid_argument, "IoOp::exact after the request started");
+  switch (req_.code) {
+    case OpCode::read:
+    case OpCode::write:
+    case OpCode::recv:
+    case OpCode::send:
+      exact_ = true;
+      return;
+    default:
+      throw Error(Errc::invalid_argument, std::string("IoOp::exact on ") + op_name(req_.code) +
+                                              " (only read, write, recv and send)");
+  }
+}
+
+void IoOpBase::StopFn::operator()() const noexcept {
+  int s = op->stop_state_.load(std::memory_order_acquire);
+  if (s == 0 && op->stop_state_.compare_exchange_strong(s, 2, std::memory_order_acq_rel)) return;  // before submit
+  if (s == 1) op->io_->cancel(&op->req_);
+}
+
+void IoOpBase::suspend(std::coroutine_handle<> h) {
+  if (started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was started twice");
+  started_ = true;
+  waiter_ = h;
+  total_ = static_cast<std::size_t>(req_.len);
+  req_.user = this;
+  req_.done = &IoOpBase::on_done;
+  if (token_.stop_possible()) on_stop_.emplace(token_, StopFn{this});
+  io_->start(&req_);
+  int s = 0;
+  if (!stop_state_.compare_exchange_strong(s, 1, std::memory_order_acq_rel)) io_->cancel(&req_);  // stopped meanwhile
+  // The request may already be delivered: whichever of this and on_done
+  // comes second resumes the coroutine (the frame stays valid until then).
+  if (gate_.exchange(true, std::memory_order_acq_rel)) io_->post_resume(waiter_);
+}
+
+void IoOpBase::on_done(Request* r) noexcept {
+  auto* op = static_cast<IoOpBase*>(r->user);
+  Exact x{op->exact_, op->total_, op->transferred_};
+  if (advance_exact(r, x)) {
+    op->transferred_ = x.moved;
+    op->io_->start(r);
+    return;
+  }
+  op->transferred_ = x.moved;
+  settle(r, x, op->ec_, op->value_);
+  Reactor* io = op->io_;
+  const std::coroutine_handle<> waiter = op->waiter_;
+  if (op->gate_.exchange(true, std::memory_order_acq_rel)) io->post_resume(waiter);
+}
+
+std::int64_t IoOpBase::outcome() {
+  on_stop_.reset();
+  if (ec_) throw IoError(ec_, op_name(req_.code), transferred_);
+  return value_;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Reactor
+
+/// A request started with then(): lives in the reactor's pool (never freed
+/// before the reactor, so a stale Handle only finds a bumped generation).
+struct Reactor::Pooled {
+  detail::Request req;
+  Reactor* io = nullptr;
+  struct statx stx{};
+  detail::Callback cb;
+  OnComplete done;
+  bool completion = false;
+  detail::Exact exact;
+  Pooled* free_next = nullptr;
+};
+
+struct Reactor::State {
+  std::mutex pool_mutex;
+  std::vector<std::unique_ptr<Pooled>> pool_storage;  ///< guarded by pool_mutex
+  Pooled* pool_free = nullptr;                        ///< guarded by pool_mutex
+
+  std::atomic<bool> closed{false};
+  std::atomic<int> starting{0};  ///< start() calls in progress
+  std::mutex tasks_mutex;
+  std::condition_variable tasks_cv;
+  std::int64_t tasks = 0;  ///< posted callbacks/resumptions not yet finished (guarded)
+};
+
+Reactor::Reactor(Engine& engine, IoOptions options)
+    : engine_(engine), opts_(std::move(options)), state_(std::make_unique<State>()) {
+  std::string why_not;
+  if (opts_.backend != Backend::threads) {
+#if defined(ORDO_IO_HAVE_URING)
+    backend_ = detail::make_uring_backend(opts_, why_not);
+#else
+    why_not = "ordo was built without liburing";
+#endif
+    if (!backend_ && opts_.backend == Backend::uring) {
+      throw Error(Errc::invalid_argument, "ordo::io::Reactor: io_uring requested but unavailable: " + why_not);
+    }
+  }
+  if (backend_) {
+    kind_ = Backend::uring;
+    reason_ = opts_.backend == Backend::uring ? "io_uring (requested)" : "io_uring (available)";
+  } else {
+    backend_ = detail::make_threads_backend(opts_);
+    kind_ = Backend::threads;
+    reason_ = opts_.backend == Backend::threads ? "threads (requested)" : "threads: " + why_not;
+  }
+  if (opts_.log) {
+    opts_.log("ordo::io: backend " + reason_);
+  } else if (opts_.backend == Backend::automatic && kind_ == Backend::threads) {
+    std::fprintf(stderr, "ordo::io: io_uring unavailable (%s); using the thread backend\n", why_not.c_str());
+  }
+}
+
+Reactor::~Reactor() {
+  State& s = *state_;
+  s.closed.store(true, std::memory_order_seq_cst);
+  while (s.starting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  backend_->shutdown();  // every request delivered: their callbacks and resumptions are posted
+  std::unique_lock lock(s.tasks_mutex);
+  s.tasks_cv.wait(lock, [&] { return s.tasks == 0; });
+}
+
+std::size_t Reactor::in_flight() const noexcept { return backend_->in_flight(); }
+
+void Reactor::start(detail::Request* r) {
+  State& s = *state_;
+  r->refs.store(1, std::memory_order_relaxed);
+  s.starting.fetch_add(1, std::memory_order_seq_cst);
+  if (s.closed.load(std::memory_order_seq_cst)) {
+    s.starting.fetch_sub(1, std::memory_order_seq_cst);
+    // The reactor is shutting down: the request is cancelled at once. Its
+    // delivery is bookkeeping (a post or an OnComplete), fine on this thread.
+    const CompletionThread scope;
+    detail::finish_op(r, -ECANCELED);
+    return;
+  }
+  backend_->submit(r);
+  s.starting.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Reactor::cancel(detail::Request* r) {
+  std::int32_t refs = r->refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) return;  // delivered (or being delivered): too late
+  } while (!r->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  backend_->cancel(r);
+}
+
+bool Handle::cancel() const {
+  if (r_ == nullptr) return false;
+  std::int32_t refs = r_->refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) return false;
+  } while (!r_->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  if (r_->gen.load(std::memory_order_acquire) != gen_) {
+    // The record was reused by another request: undo (the drop may deliver it).
+    const CompletionThread scope;
+    detail::release(r_);
+    return false;
+  }
+  io_->backend_->cancel(r_);
+  return true;
+}
+
+Reactor::Pooled* Reactor::alloc_pooled() {
+  State& s = *state_;
+  std::lock_guard lock(s.pool_mutex);
+  Pooled* p = s.pool_free;
+  if (p != nullptr) {
+    s.pool_free = p->free_next;
+    return p;
+  }
+  s.pool_storage.push_back(std::make_unique<Pooled>());
+  return s.pool_storage.back().get();
+}
+
+void Reactor::free_pooled(Pooled* p) noexcept {
+  p->cb.reset();
+  p->done = OnComplete{};
+  p->req.gen.fetch_add(1, std::memory_order_acq_rel);
+  State& s = *state_;
+  std::lock_guard lock(s.pool_mutex);
+  p->free_next = s.pool_free;
+  s.pool_free = p;
+}
+
+void Reactor::task_done() noexcept {
+  State& s = *state_;
+  std::lock_guard lock(s.tasks_mutex);
+  if (--s.tasks == 0) s.tasks_cv.notify_all();
+}
+
+void Reactor::post_resume(std::coroutine_handle<> h) noexcept {
+  {
+    std::lock_guard lock(state_->tasks_mutex);
+    ++state_->tasks;
+  }
+  try {
+    engine_.post([this, h] {
+      ordo::detail::resume(h);
+      task_done();
+    }, opts_.resume_ctx, {.name = "ordo::io resume"});
+  } catch (...) {
+    // Out of memory for the post: resuming here is the only way not to lose the coroutine.
+    ordo::detail::resume(h);
+    task_done();
+  }
+}
+
+void Reactor::post_callback(Pooled* p) noexcept {
+  {
+    std::lock_guard lock(state_->tasks_mutex);
+    ++state_->tasks;
+  }
+  auto run = [this, p] {
+    struct Finish {
+      Reactor* io;
+      Pooled* p;
+      ~Finish() {
+        io->free_pooled(p);
+        io->task_done();
+      }
+    } finish{this, p};
+    std::error_code ec;
+    std::int64_t value = 0;
+    detail::settle(&p->req, p->exact, ec, value);
+    const Result result(value, p->req.code, ec, p->exact.moved, p->req.code == detail::OpCode::statx ? &p->stx : nullptr);
+    p->cb(result);
+  };
+  try {
+    engine_.post(run, opts_.resume_ctx, {.name = "ordo::io callback"});
+  } catch (...) {
+    run();
+  }
+}
+
+void Reactor::pooled_done(detail::Request* r) noexcept {
+  auto* p = static_cast<Pooled*>(r->user);
+  Reactor* io = p->io;
+  if (detail::advance_exact(r, p->exact)) {
+    io->start(r);
+    return;
+  }
+  if (!p->completion) {
+    io->post_callback(p);
+    return;
+  }
+  std::error_code ec;
+  std::int64_t value = 0;
+  detail::settle(r, p->exact, ec, value);
+  const OnComplete done = p->done;
+  std::exception_ptr error;
+  if (ec) {
+    try {
+      error = std::make_exception_ptr(IoError(ec, detail::op_name(r->code), p->exact.moved));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  io->free_pooled(p);
+  try {
+    done(error);
+  } catch (...) {
+    // A second completion of the same op: the op's owner broke the
+    // one-completion rule; the engine reports it through the OnComplete.
+    std::fprintf(stderr, "ordo::io: the OnComplete given to then() was already called\n");
+  }
+}
+
+Handle Reactor::start_pooled(detail::IoOpBase& op, bool completion, detail::Callback* cb, OnComplete done) {
+  if (op.started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was started twice");
+  op.started_ = true;
+  Pooled* p = alloc_pooled();
+  detail::copy_description(op.req_, p->req);
+  if (p->req.code == detail::OpCode::statx) p->req.addr = &p->stx;
+  p->io = this;
+  p->completion = completion;
+  if (cb != nullptr) p->cb = std::move(*cb);
+  p->done = done;
+  p->exact = detail::Exact{op.exact_, static_cast<std::size_t>(op.req_.len), 0};
+  p->req.user = p;
+  p->req.done = &Reactor::pooled_done;
+  const Handle h(this, &p->req, p->req.gen.load(std::memory_order_acquire));
+  start(&p->req);
+  return h;
+}
+
+Handle detail::IoOpBase::start_callback(Callback cb) {
+  if (!cb) throw Error(Errc::invalid_argument, "IoOp::then with an empty callback");
+  return io_->start_pooled(*this, false, &cb, OnComplete{});
+}
+
+Handle detail::IoOpBase::start_completion(OnComplete done) { return io_->start_pooled(*this, true, nullptr, done); }
+
+// ---------------------------------------------------------------------------
+// Operations
+
+IoOp<int> Reactor::open(std::string path, int flags, mode_t mode) {
+  return IoOp<int>(this, detail::OpCode::openat, [&](detail::Request& req, struct statx& ) {
+    req.path = std::move(path);
+    req.op_flags = static_cast<std::uint32_t>(flags);
+    req.mode = mode;
+  });
+}
+
+IoOp<void> Reactor::close(int fd) {
+  return IoOp<void>(this, detail::OpCode::close, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+  });
+}
+
+IoOp<std::size_t> Reactor::read(int fd, std::span<std::byte> buf, std::uint64_t offset) {
+  return IoOp<std::size_t>(this, detail::OpCode::read, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = buf.data();
+    req.len = buf.size();
+    req.off = offset;
+  });
+}
+
+IoOp<std::size_t> Reactor::write(int fd, std::span<const std::byte> buf, std::uint64_t offset) {
+  return IoOp<std::size_t>(this, detail::OpCode::write, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = const_cast<std::byte*>(buf.data());  // never written through
+    req.len = buf.size();
+    req.off = offset;
+  });
+}
+
+IoOp<std::size_t> Reactor::readv(int fd, std::span<const iovec> iov, std::uint64_t offset) {
+  return IoOp<std::size_t>(this, detail::OpCode::readv, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = const_cast<iovec*>(iov.data());
+    req.len = iov.size();
+    req.off = offset;
+  });
+}
+
+IoOp<std::size_t> Reactor::writev(int fd, std::span<const iovec> iov, std::uint64_t offset) {
+  return IoOp<std::size_t>(this, detail::OpCode::writev, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = const_cast<iovec*>(iov.data());
+    req.len = iov.size();
+    req.off = offset;
+  });
+}
+
+IoOp<void> Reactor::fsync(int fd) {
+  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+  });
+}
+
+IoOp<void> Reactor::fdatasync(int fd) {
+  return IoOp<void>(this, detail::OpCode::fsync, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.op_flags = detail::kFsyncDatasync;
+  });
+}
+
+IoOp<struct statx> Reactor::stat(std::string path, unsigned mask, int flags) {
+  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req, struct statx& stx) {
+    req.fd = AT_FDCWD;
+    req.path = std::move(path);
+    req.op_flags = static_cast<std::uint32_t>(flags);
+    req.mode = mask;
+    req.addr = &stx;
+  });
+}
+
+IoOp<struct statx> Reactor::fstat(int fd, unsigned mask) {
+  return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req, struct statx& stx) {
+    req.fd = fd;
+    req.op_flags = AT_EMPTY_PATH;
+    req.mode = mask;
+    req.addr = &stx;
+  });
+}
+
+IoOp<int> Reactor::accept(int listen_fd) {
+  return IoOp<int>(this, detail::OpCode::accept, [&](detail::Request& req, struct statx& ) {
+    req.fd = listen_fd;
+  });
+}
+
+IoOp<void> Reactor::connect(int fd, const sockaddr* addr, socklen_t len) {
+  if (addr == nullptr || len == 0 || len > sizeof(sockaddr_storage)) {
+    throw Error(Errc::invalid_argument, "Reactor::connect: bad socket address");
+  }
+  return IoOp<void>(this, detail::OpCode::connect, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    std::memcpy(&req.sa, addr, len);
+    req.sa_len = len;
+  });
+}
+
+IoOp<std::size_t> Reactor::recv(int fd, std::span<std::byte> buf, int flags) {
+  return IoOp<std::size_t>(this, detail::OpCode::recv, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = buf.data();
+    req.len = buf.size();
+    req.op_flags = static_cast<std::uint32_t>(flags);
+    req.off = detail::kNoOffset;
+  });
+}
+
+IoOp<std::size_t> Reactor::send(int fd, std::span<const std::byte> buf, int flags) {
+  return IoOp<std::size_t>(this, detail::OpCode::send, [&](detail::Request& req, struct statx& ) {
+    req.fd = fd;
+    req.addr = const_cast<std::byte*>(buf.data());
+    req.len = buf.size();
+    req.op_flags = static_cast<std::uint32_t>(flags);
+    req.off = detail::kNoOffset;
+  });
+}
+
+IoOp<void> Reactor::sleep_for(std::chrono::nanoseconds d) {
+  return IoOp<void>(this, detail::OpCode::timer, [&](detail::Request& req, struct statx& ) {
+    req.deadline_ns = d.count() > 0 ? d.count() : 1;
+  });
+}
+
+void Reactor::push_read(Var buffer_var, int fd, std::span<std::byte> buf, std::uint64_t offset, Var file_var,
+                        OpAttrs attrs) {
+  if (attrs.name == nullptr) attrs.name = "ordo::io read";
+  attrs.prop = FnProperty::async;
+  auto body = [this, fd, buf, offset](RunContext, OnComplete done) { read(fd, buf, offset).exact().then(done); };
+  if (file_var.empty()) {
+    engine_.push_async(body, opts_.resume_ctx, {}, {buffer_var}, attrs);
+  } else {
+    engine_.push_async(body, opts_.resume_ctx, {file_var}, {buffer_var}, attrs);
+  }
+}
+
+void Reactor::push_write(Var buffer_var, int fd, std::span<const std::byte> buf, std::uint64_t offset, Var file_var,
+                         OpAttrs attrs) {
+  if (attrs.name == nullptr) attrs.name = "ordo::io write";
+  attrs.prop = FnProperty::async;
+  auto body = [this, fd, buf, offset](RunContext, OnComplete done) { write(fd, buf, offset).exact().then(done); };
+  if (file_var.empty()) {
+    engine_.push_async(body, opts_.resume_ctx, {buffer_var}, {}, attrs);
+  } else {
+    engine_.push_async(body, opts_.resume_ctx, {buffer_var}, {file_var}, attrs);
+  }
+}
+
+}  // namespace ordo::io

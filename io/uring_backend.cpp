@@ -1,0 +1,442 @@
+// io/uring_backend.cpp - the io_uring backend of ordo::io::Reactor.
+//
+// Submission. Any thread may submit: the request is pushed on a lock-free
+// stack and the first thread to claim `flushing_` becomes the only writer of
+// the submission queue; it drains the stack (in push order), preps the SQEs
+// and enters the kernel once for the whole batch. Threads that submit while a
+// flush runs just push and leave: under load one io_uring_enter carries many
+// requests. Cancellations travel the same way on a second stack.
+//
+// Completion. One reaper thread waits for CQEs and does bookkeeping only (it
+// runs inside an ordo::CompletionThread scope): a request is delivered when
+// every CQE it is owed has come (its own, its linked timeout's, one per
+// cancel attempt), so the memory of a delivered request is never named by a
+// later CQE. user_data is the request's address with a tag in the low bits.
+//
+// Counting. Every SQE that will produce a CQE is counted in sqes_, internal
+// ones (cancels, the shutdown cancel-all) included; requests_ counts requests
+// from submit to delivery. Shutdown sets stopping_ (later requests are
+// turned into NOPs that deliver -ECANCELED, still through the ring, so that
+// delivery stays on the reaper), cancels everything with one
+// IORING_ASYNC_CANCEL_ANY request, and the reaper exits only when both
+// counts are zero; only then is the ring freed.
+#include <fcntl.h>
+#include <liburing.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "backends.hpp"
+#include "ordo/engine.hpp"
+
+namespace ordo::io::detail {
+namespace {
+
+enum Tag : std::uint64_t {
+  kTagOp = 0,        ///< the request's own CQE
+  kTagTimeout = 1,   ///< its linked timeout
+  kTagCancel = 2,    ///< a cancel attempt
+  kTagRejected = 3,  ///< a NOP standing in for a request submitted during shutdown
+  kTagInternal = 4,  ///< no request: the shutdown cancel-all
+};
+constexpr std::uint64_t kTagMask = 7;
+static_assert(alignof(Request) >= 8, "user_data tags need 8-byte aligned requests");
+
+constexpr std::uint32_t kFlagTimedOut = 1;  ///< backend_flags: the linked timeout fired
+
+/// A pending cancel attempt (cancels are rare: a small allocation is fine).
+struct CancelNode {
+  Request* target;  ///< null: cancel everything (shutdown)
+  CancelNode* next;
+};
+
+__kernel_timespec to_timespec(std::int64_t ns) {
+  __kernel_timespec ts{};
+  ts.tv_sec = ns / 1'000'000'000;
+  ts.tv_nsec = ns % 1'000'000'000;
+  return ts;
+}
+
+class UringBackend final : public BackendImpl {
+ public:
+  UringBackend() = default;
+  UringBackend(const UringBackend&) = delete;
+  UringBackend& operator=(const UringBackend&) = delete;
+
+  /// Sets up the ring; returns an empty string or why it cannot be used.
+  std::string init(const IoOptions& options) {
+    const unsigned entries = options.entries == 0 ? 256 : options.entries;
+    io_uring_params params{};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = entries * 4;
+    if (options.sqpoll) {
+      params.flags |= IORING_SETUP_SQPOLL;
+      params.sq_thread_idle = 50;
+    }
+    if (const int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
+      std::string why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
+      if (rc == -EPERM || rc == -ENOSYS) why += " (io_uring disabled by the kernel or a seccomp filter)";
+      return why;
+    }
+    if ((params.features & IORING_FEAT_NODROP) == 0) {
+      io_uring_queue_exit(&ring_);
+      return "io_uring without IORING_FEAT_NODROP (kernel older than 5.5)";
+    }
+    if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_); probe != nullptr) {
+      static constexpr int kNeeded[] = {IORING_OP_OPENAT,  IORING_OP_CLOSE,        IORING_OP_READ,
+                                        IORING_OP_WRITE,   IORING_OP_READV,        IORING_OP_WRITEV,
+                                        IORING_OP_FSYNC,   IORING_OP_STATX,        IORING_OP_ACCEPT,
+                                        IORING_OP_CONNECT, IORING_OP_RECV,         IORING_OP_SEND,
+                                        IORING_OP_TIMEOUT, IORING_OP_LINK_TIMEOUT, IORING_OP_ASYNC_CANCEL};
+      for (int op : kNeeded) {
+        if (!io_uring_opcode_supported(probe, op)) {
+          io_uring_free_probe(probe);
+          io_uring_queue_exit(&ring_);
+          return "io_uring lacks opcode " + std::to_string(op) + " (kernel too old)";
+        }
+      }
+      io_uring_free_probe(probe);
+    }
+    ring_ready_ = true;
+    reaper_ = std::thread([this] { reap(); });
+    return {};
+  }
+
+  ~UringBackend() override {
+    shutdown();
+  }
+
+  void submit(Request* r) noexcept override {
+    const Caller caller(callers_);
+    requests_.fetch_add(1, std::memory_order_seq_cst);
+    Request* head = incoming_.load(std::memory_order_relaxed);
+    do {
+      r->backend_next = head;
+    } while (!incoming_.compare_exchange_weak(head, r, std::memory_order_release, std::memory_order_relaxed));
+    flush();
+  }
+
+  void cancel(Request* r) noexcept override {
+    const Caller caller(callers_);
+    push_cancel(new (std::nothrow) CancelNode{r, nullptr}, r);
+    flush();
+  }
+
+  void shutdown() noexcept override {
+    if (!ring_ready_ || shut_down_) return;
+    shut_down_ = true;
+    stopping_.store(true, std::memory_order_seq_cst);
+    push_cancel(new (std::nothrow) CancelNode{nullptr, nullptr}, nullptr);
+    flush();
+    reaper_.join();
+    // A submit or cancel still returning from its flush may touch the ring:
+    // wait for it (no new ones may start: the contract ends them here).
+    while (callers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    // A request submitted while the reaper was exiting: delivered here, cancelled.
+    {
+      const ordo::CompletionThread scope;
+      for (Request* r = incoming_.exchange(nullptr); r != nullptr;) {
+        Request* next = r->backend_next;
+        r->res = -ECANCELED;
+        drop(r);
+        r = next;
+      }
+      for (CancelNode* c = cancels_.exchange(nullptr); c != nullptr;) {
+        CancelNode* next = c->next;
+        if (c->target != nullptr) drop(c->target);
+        delete c;
+        c = next;
+      }
+    }
+    io_uring_queue_exit(&ring_);
+  }
+
+  [[nodiscard]] Backend kind() const noexcept override { return Backend::uring; }
+
+  [[nodiscard]] std::size_t in_flight() const noexcept override {
+    return static_cast<std::size_t>(requests_.load(std::memory_order_relaxed) +
+                                    internal_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  void push_cancel(CancelNode* node, Request* r) noexcept {
+    if (node == nullptr) {
+      // Out of memory for a cancel: the attempt fails (the op completes on its own).
+      if (r != nullptr) drop(r);
+      return;
+    }
+    CancelNode* head = cancels_.load(std::memory_order_relaxed);
+    do {
+      node->next = head;
+    } while (!cancels_.compare_exchange_weak(head, node, std::memory_order_release, std::memory_order_relaxed));
+  }
+
+  /// Drops one of the request's references; the last one delivers it.
+  void drop(Request* r) noexcept {
+    if (r->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (r->code == OpCode::timer && r->res == -ETIME) r->res = 0;  // a timer that expired succeeded
+    if ((r->backend_flags & kFlagTimedOut) != 0 && r->res == -ECANCELED) r->res = -ETIMEDOUT;
+    requests_.fetch_sub(1, std::memory_order_release);
+    r->done(r);
+  }
+
+  io_uring_sqe* get_sqe() noexcept {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      io_uring_submit(&ring_);  // the queue is full: hand it to the kernel, then retry
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  /// Preps the SQE(s) of one request. Returns false if the queue had no room
+  /// (nothing was prepped).
+  bool prep(Request* r) noexcept {
+    const bool stopping = stopping_.load(std::memory_order_seq_cst);
+    const bool linked = !stopping && r->deadline_ns > 0 && r->code != OpCode::timer;
+    if (io_uring_sq_space_left(&ring_) < (linked ? 2U : 1U)) io_uring_submit(&ring_);
+    if (io_uring_sq_space_left(&ring_) < (linked ? 2U : 1U)) return false;
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    const auto addr = reinterpret_cast<std::uint64_t>(r);
+    if (stopping) {
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data64(sqe, addr | kTagRejected);
+      sqes_.fetch_add(1, std::memory_order_release);
+      return true;
+    }
+    const auto off = r->off == kNoOffset ? static_cast<__u64>(-1) : static_cast<__u64>(r->off);
+    const auto len = static_cast<unsigned>(r->len);
+    switch (r->code) {
+      case OpCode::nop:
+        io_uring_prep_nop(sqe);
+        break;
+      case OpCode::openat:
+        io_uring_prep_openat(sqe, AT_FDCWD, r->path.c_str(), static_cast<int>(r->op_flags), r->mode);
+        break;
+      case OpCode::close:
+        io_uring_prep_close(sqe, r->fd);
+        break;
+      case OpCode::read:
+        io_uring_prep_read(sqe, r->fd, r->addr, len, off);
+        break;
+      case OpCode::write:
+        io_uring_prep_write(sqe, r->fd, r->addr, len, off);
+        break;
+      case OpCode::readv:
+        io_uring_prep_readv(sqe, r->fd, static_cast<const iovec*>(r->addr), len, off);
+        break;
+      case OpCode::writev:
+        io_uring_prep_writev(sqe, r->fd, static_cast<const iovec*>(r->addr), len, off);
+        break;
+      case OpCode::fsync:
+        io_uring_prep_fsync(sqe, r->fd, (r->op_flags & kFsyncDatasync) != 0 ? IORING_FSYNC_DATASYNC : 0);
+        break;
+      case OpCode::statx:
+        io_uring_prep_statx(sqe, r->fd, r->path.c_str(), static_cast<int>(r->op_flags), r->mode,
+                            static_cast<struct statx*>(r->addr));
+        break;
+      case OpCode::accept:
+        io_uring_prep_accept(sqe, r->fd, nullptr, nullptr, SOCK_CLOEXEC);
+        break;
+      case OpCode::connect:
+        io_uring_prep_connect(sqe, r->fd, reinterpret_cast<const sockaddr*>(&r->sa), r->sa_len);
+        break;
+      case OpCode::recv:
+        io_uring_prep_recv(sqe, r->fd, r->addr, r->len, static_cast<int>(r->op_flags));
+        break;
+      case OpCode::send:
+        io_uring_prep_send(sqe, r->fd, r->addr, r->len, static_cast<int>(r->op_flags | MSG_NOSIGNAL));
+        break;
+      case OpCode::timer:
+        r->backend_ts = to_timespec(r->deadline_ns);
+        io_uring_prep_timeout(sqe, &r->backend_ts, 0, 0);
+        break;
+    }
+    io_uring_sqe_set_data64(sqe, addr | kTagOp);
+    sqes_.fetch_add(1, std::memory_order_release);
+    if (linked) {
+      sqe->flags |= IOSQE_IO_LINK;
+      r->backend_ts = to_timespec(r->deadline_ns);
+      r->refs.fetch_add(1, std::memory_order_relaxed);  // the timeout's CQE is owed too
+      io_uring_sqe* ts = io_uring_get_sqe(&ring_);
+      io_uring_prep_link_timeout(ts, &r->backend_ts, 0);
+      io_uring_sqe_set_data64(ts, addr | kTagTimeout);
+      sqes_.fetch_add(1, std::memory_order_release);
+    }
+    return true;
+  }
+
+  /// Drains both stacks into the submission queue and enters the kernel.
+  /// One flusher at a time; others leave their requests for it.
+  void flush() noexcept {
+    if (flushing_.exchange(true, std::memory_order_acq_rel)) return;
+    for (;;) {
+      // Requests, oldest first.
+      Request* list = incoming_.exchange(nullptr, std::memory_order_acquire);
+      Request* fifo = nullptr;
+      while (list != nullptr) {
+        Request* next = list->backend_next;
+        list->backend_next = fifo;
+        fifo = list;
+        list = next;
+      }
+      std::size_t prepped = 0;
+      while (fifo != nullptr) {
+        Request* next = fifo->backend_next;
+        if (!prep(fifo)) break;  // no room: the rest go back on the stack
+        ++prepped;
+        fifo = next;
+      }
+      requeue(fifo);
+      CancelNode* cancels = cancels_.exchange(nullptr, std::memory_order_acquire);
+      while (cancels != nullptr) {
+        CancelNode* next = cancels->next;
+        io_uring_sqe* sqe = get_sqe();
+        if (sqe == nullptr) {  // no room: keep the rest for the next flush
+          while (cancels != nullptr) {
+            next = cancels->next;
+            push_cancel(cancels, cancels->target);
+            cancels = next;
+          }
+          break;
+        }
+        if (cancels->target != nullptr) {
+          io_uring_prep_cancel64(sqe, reinterpret_cast<std::uint64_t>(cancels->target) | kTagOp, 0);
+          io_uring_sqe_set_data64(sqe, reinterpret_cast<std::uint64_t>(cancels->target) | kTagCancel);
+        } else {
+          io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+          io_uring_sqe_set_data64(sqe, kTagInternal);
+          internal_.fetch_add(1, std::memory_order_relaxed);
+        }
+        sqes_.fetch_add(1, std::memory_order_release);
+        delete cancels;
+        cancels = next;
+      }
+      if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+      flushing_.store(false, std::memory_order_seq_cst);
+      if (incoming_.load(std::memory_order_seq_cst) == nullptr && cancels_.load(std::memory_order_seq_cst) == nullptr) {
+        return;
+      }
+      // Requests left over that found no room: the reaper retries after reaping.
+      if (fifo != nullptr && prepped == 0) return;
+      if (flushing_.exchange(true, std::memory_order_acq_rel)) return;
+    }
+  }
+
+  void requeue(Request* fifo) noexcept {
+    // Back on the stack in reverse, so that the next drain restores the order.
+    Request* rev = nullptr;
+    while (fifo != nullptr) {
+      Request* next = fifo->backend_next;
+      fifo->backend_next = rev;
+      rev = fifo;
+      fifo = next;
+    }
+    while (rev != nullptr) {
+      Request* next = rev->backend_next;
+      Request* head = incoming_.load(std::memory_order_relaxed);
+      do {
+        rev->backend_next = head;
+      } while (!incoming_.compare_exchange_weak(head, rev, std::memory_order_release, std::memory_order_relaxed));
+      rev = next;
+    }
+  }
+
+  /// Counts a submit/cancel call for the duration of the call.
+  struct Caller {
+    explicit Caller(std::atomic<int>& n) noexcept : n_(n) { n_.fetch_add(1, std::memory_order_seq_cst); }
+    ~Caller() { n_.fetch_sub(1, std::memory_order_seq_cst); }
+    Caller(const Caller&) = delete;
+    Caller& operator=(const Caller&) = delete;
+    std::atomic<int>& n_;
+  };
+
+
+  void handle(const io_uring_cqe* cqe) noexcept {
+    // The request fields reach the reaper through the kernel, which the
+    // memory model (and ThreadSanitizer) cannot see: the flusher's release
+    // increment of sqes_ after prepping each SQE, acquired here per CQE (a
+    // CQE seen now was produced after its SQE's increment), carries them.
+    (void)sqes_.load(std::memory_order_acquire);
+    const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    auto* r = reinterpret_cast<Request*>(data & ~kTagMask);
+    switch (data & kTagMask) {
+      case kTagOp:
+        r->res = cqe->res;
+        drop(r);
+        break;
+      case kTagTimeout:
+        if (cqe->res == -ETIME) r->backend_flags |= kFlagTimedOut;
+        drop(r);
+        break;
+      case kTagCancel:
+        drop(r);
+        break;
+      case kTagRejected:
+        r->res = -ECANCELED;
+        drop(r);
+        break;
+      default:
+        internal_.fetch_sub(1, std::memory_order_relaxed);
+        break;
+    }
+  }
+
+  void reap() noexcept {
+    const ordo::CompletionThread scope;
+    for (;;) {
+      if (stopping_.load(std::memory_order_seq_cst) && sqes_.load(std::memory_order_acquire) == 0 &&
+          requests_.load(std::memory_order_acquire) == 0 && incoming_.load(std::memory_order_acquire) == nullptr &&
+          cancels_.load(std::memory_order_acquire) == nullptr) {
+        return;
+      }
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc < 0) {
+        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
+        std::fprintf(stderr, "ordo::io: io_uring_wait_cqe failed: %s\n", std::strerror(-rc));
+        continue;
+      }
+      unsigned head = 0;
+      unsigned n = 0;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        handle(cqe);
+        ++n;
+      }
+      io_uring_cq_advance(&ring_, n);
+      sqes_.fetch_sub(n, std::memory_order_release);
+      // Submissions that found the queue full are waiting for this.
+      if (incoming_.load(std::memory_order_acquire) != nullptr || cancels_.load(std::memory_order_acquire) != nullptr) {
+        flush();
+      }
+    }
+  }
+
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  bool shut_down_ = false;
+  std::thread reaper_;
+  std::atomic<int> callers_{0};  ///< submit/cancel calls in progress
+  std::atomic<Request*> incoming_{nullptr};
+  std::atomic<CancelNode*> cancels_{nullptr};
+  std::atomic<bool> flushing_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> sqes_{0};      ///< SQEs submitted whose CQE has not been reaped
+  std::atomic<std::int64_t> requests_{0};  ///< requests submitted and not yet delivered
+  std::atomic<std::int64_t> internal_{0};  ///< internal SQEs in flight
+};
+
+}  // namespace
+
+std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, std::string& why_not) {
+  auto backend = std::make_unique<UringBackend>();
+  why_not = backend->init(options);
+  if (!why_not.empty()) return nullptr;
+  return backend;
+}
+
+}  // namespace ordo::io::detail

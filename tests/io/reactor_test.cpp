@@ -1,0 +1,490 @@
+// ordo::io::Reactor against every backend of this build: the three ways to
+// start a request (co_await, callback, OnComplete), errors, exact transfers,
+// deadlines, cancellation, engine ordering through buffer variables, and
+// shutdown with requests in flight.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/test_util.hpp"
+#include "ordo/coro.hpp"
+#include "ordo/io.hpp"
+#include "ordo/task.hpp"
+
+namespace ordo::io {
+namespace {
+
+using namespace std::chrono_literals;
+using ordo::test::test_seed;
+
+std::vector<Backend> backends() {
+  std::vector<Backend> out;
+#if defined(ORDO_IO_HAVE_URING)
+  out.push_back(Backend::uring);
+#endif
+  out.push_back(Backend::threads);
+  return out;
+}
+
+std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::uring ? "uring" : "threads";
+}
+
+/// A temp directory removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ordo_io_XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::span<std::byte> bytes(std::vector<char>& v) { return std::as_writable_bytes(std::span(v)); }
+std::span<const std::byte> cbytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+class Io : public ::testing::TestWithParam<Backend> {
+ protected:
+  Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 2}};
+  Reactor io{engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}}};
+};
+
+TEST_P(Io, ReportsItsBackend) {
+  EXPECT_EQ(io.backend(), GetParam());
+  EXPECT_FALSE(io.backend_reason().empty());
+}
+
+TEST_P(Io, CoroutineWriteFsyncReadBackResumesOnAWorker) {
+  TempDir dir;
+  const std::string path = dir.file("data");
+  const std::string text = "the quick brown fox jumps over the lazy dog";
+  auto body = [&]() -> Task<std::string> {
+    const int fd = co_await io.open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    EXPECT_TRUE(Engine::inside_op());  // continued on an engine worker
+    EXPECT_EQ(co_await io.write(fd, cbytes(text), 0), text.size());
+    co_await io.fsync(fd);
+    co_await io.fdatasync(fd);
+    const struct statx st = co_await io.fstat(fd);
+    EXPECT_EQ(st.stx_size, text.size());
+    std::vector<char> back(text.size());
+    const std::size_t n = co_await io.read(fd, bytes(back), 0);
+    co_await io.close(fd);
+    co_return std::string(back.data(), n);
+  };
+  EXPECT_EQ(sync_wait(body()), text);
+  const struct statx st = sync_wait([&]() -> Task<struct statx> { co_return co_await io.stat(path); }());
+  EXPECT_EQ(st.stx_size, text.size());
+}
+
+TEST_P(Io, ErrorsAreTypedAndNameTheOperation) {
+  TempDir dir;
+  auto expect_errno = [&](auto make, int code) {
+    try {
+      sync_wait(make());
+      ADD_FAILURE() << "no error, expected errno " << code;
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.code(), std::error_code(code, std::generic_category())) << e.what();
+    }
+  };
+  expect_errno([&]() -> Task<int> { co_return co_await io.open(dir.file("missing"), O_RDONLY); }, ENOENT);
+  std::vector<char> buf(16);
+  expect_errno([&]() -> Task<std::size_t> { co_return co_await io.read(-1, bytes(buf), 0); }, EBADF);
+  try {
+    sync_wait([&]() -> Task<void> { co_await io.close(12345); }());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::bad_file_descriptor);
+    EXPECT_STREQ(e.op(), "close");
+    EXPECT_NE(std::string(e.what()).find("close"), std::string::npos);
+  }
+}
+
+TEST_P(Io, ExactReadsReportEofAndShortTransfers) {
+  TempDir dir;
+  const std::string path = dir.file("ten");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("0123456789", f);
+    std::fclose(f);
+  }
+  Fd fd(::open(path.c_str(), O_RDONLY));
+  std::vector<char> buf(8);
+  // Plain read: short at the end, 0 at EOF, no error.
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.read(fd.fd, bytes(buf), 6); }()), 4U);
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.read(fd.fd, bytes(buf), 10); }()), 0U);
+  // Exact read: EOF and short transfer are errors, told apart.
+  try {
+    sync_wait([&]() -> Task<std::size_t> { co_return co_await io.read(fd.fd, bytes(buf), 10).exact(); }());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), errc::eof);
+    EXPECT_EQ(e.transferred(), 0U);
+  }
+  try {
+    sync_wait([&]() -> Task<std::size_t> { co_return co_await io.read(fd.fd, bytes(buf), 6).exact(); }());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), errc::short_transfer);
+    EXPECT_EQ(e.transferred(), 4U);
+  }
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.read(fd.fd, bytes(buf), 1).exact(); }()), 8U);
+  EXPECT_EQ(std::string(buf.data(), 8), "12345678");
+  EXPECT_THROW((void)io.close(fd.fd).exact(), Error);  // exact only for transfers
+}
+
+TEST_P(Io, ExactRecvGathersSeveralSegments) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  std::vector<char> buf(12);
+  std::promise<void> started;
+  std::thread writer([&] {
+    started.get_future().wait();
+    for (const char* part : {"abcd", "efgh", "ijkl"}) ASSERT_EQ(::send(b.fd, part, 4, 0), 4);
+  });
+  auto body = [&]() -> Task<std::size_t> {
+    auto op = io.recv(a.fd, bytes(buf)).exact();
+    started.set_value();
+    co_return co_await op;
+  };
+  EXPECT_EQ(sync_wait(body()), 12U);
+  writer.join();
+  EXPECT_EQ(std::string(buf.data(), 12), "abcdefghijkl");
+}
+
+TEST_P(Io, CallbacksRunOnEngineWorkers) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  std::vector<char> buf(5);
+  std::promise<std::pair<std::size_t, bool>> got;
+  io.recv(a.fd, bytes(buf)).then([&](const Result& r) { got.set_value({r.value(), Engine::inside_op()}); });
+  ASSERT_EQ(::send(b.fd, "hello", 5, 0), 5);
+  auto [n, on_worker] = got.get_future().get();
+  EXPECT_EQ(n, 5U);
+  EXPECT_TRUE(on_worker);
+  EXPECT_EQ(std::string(buf.data(), 5), "hello");
+  engine.wait_for_all();
+}
+
+TEST_P(Io, PushReadMarksTheBufferVariableWithTheIoError) {
+  TempDir dir;
+  const std::string path = dir.file("short");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("abc", f);
+    std::fclose(f);
+  }
+  Fd fd(::open(path.c_str(), O_RDONLY));
+  Var buf_var = engine.new_variable();
+  std::vector<char> buf(3), big(10);
+  io.push_read(buf_var, fd.fd, bytes(buf), 0);
+  std::string seen;
+  engine.push_sync([&] { seen.assign(buf.data(), buf.size()); }, Context::cpu(), {buf_var}, {});
+  engine.wait_for_var(buf_var);
+  engine.wait_for_all();
+  EXPECT_EQ(seen, "abc");
+  io.push_read(buf_var, fd.fd, bytes(big), 0);  // only 3 of 10 bytes: a short transfer
+  bool consumer_ran = false;
+  engine.push_sync([&] { consumer_ran = true; }, Context::cpu(), {buf_var}, {});
+  try {
+    engine.wait_for_var(buf_var);
+    ADD_FAILURE() << "the short read did not fail the op";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), errc::short_transfer);
+    EXPECT_EQ(e.transferred(), 3U);
+  }
+  engine.wait_for_all();
+  EXPECT_FALSE(consumer_ran);  // skipped: its input carried the error
+}
+
+TEST_P(Io, DeadlinesAndTimers) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  std::vector<char> buf(4);
+  try {
+    sync_wait([&]() -> Task<std::size_t> { co_return co_await io.recv(a.fd, bytes(buf)).timeout(20ms); }());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::timed_out) << e.what();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  sync_wait([&]() -> Task<void> { co_await io.sleep_for(15ms); }());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 15ms);
+  // A deadline that does not expire changes nothing.
+  ASSERT_EQ(::send(b.fd, "ping", 4, 0), 4);
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.recv(a.fd, bytes(buf)).timeout(10s); }()), 4U);
+}
+
+TEST_P(Io, StopTokenAndHandleCancelWaitingRequests) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  std::vector<char> buf(4), buf2(4);
+  std::stop_source stop;
+  std::promise<void> suspended;
+  auto body = [&]() -> Task<std::size_t> {
+    auto op = io.recv(a.fd, bytes(buf)).stop_token(stop.get_token());
+    suspended.set_value();
+    co_return co_await op;
+  };
+  std::thread canceller([&] {
+    suspended.get_future().wait();
+    stop.request_stop();
+  });
+  try {
+    sync_wait(body());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::operation_canceled) << e.what();
+  }
+  canceller.join();
+  // Already stopped before the start: cancelled without waiting.
+  EXPECT_THROW(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.recv(a.fd, bytes(buf)).stop_token(stop.get_token()); }()),
+               IoError);
+
+  std::promise<std::error_code> outcome;
+  Handle h = io.recv(a.fd, bytes(buf2)).then([&](const Result& r) { outcome.set_value(r.error()); });
+  EXPECT_TRUE(h.cancel());
+  EXPECT_EQ(outcome.get_future().get(), std::errc::operation_canceled);
+  engine.wait_for_all();
+  EXPECT_FALSE(h.cancel());  // delivered: a stale handle is harmless
+}
+
+TEST_P(Io, CancelRacingCompletionDeliversExactlyOneOutcome) {
+  const std::uint64_t seed = test_seed("cancel_race");
+  std::mt19937_64 rng(seed);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  const int rounds = 2000 / ordo::test::kScale;
+  int completed = 0, cancelled = 0;
+  for (int i = 0; i < rounds; ++i) {
+    char c = 0;
+    std::atomic<int> deliveries{0};
+    std::promise<std::error_code> outcome;
+    Handle h = io.recv(a.fd, std::as_writable_bytes(std::span(&c, 1))).then([&](const Result& r) {
+      deliveries.fetch_add(1);
+      outcome.set_value(r.error());
+    });
+    const bool send_first = (rng() & 1) != 0;
+    if (send_first) {
+      ASSERT_EQ(::send(b.fd, "x", 1, 0), 1);
+    }
+    h.cancel();
+    const std::error_code ec = outcome.get_future().get();
+    if (!ec) {
+      ++completed;
+    } else {
+      ASSERT_EQ(ec, std::errc::operation_canceled);
+      ++cancelled;
+      if (send_first) {  // the byte is still in the socket: drain it so rounds stay independent
+        char d = 0;
+        ASSERT_EQ(::recv(a.fd, &d, 1, 0), 1);
+      }
+    }
+    engine.wait_for_all();
+    ASSERT_EQ(deliveries.load(), 1);
+  }
+  EXPECT_EQ(completed + cancelled, rounds);
+  std::cout << "[ info     ] completed=" << completed << " cancelled=" << cancelled << "\n";
+}
+
+TEST_P(Io, WorkersKeepComputingWhileHundredsOfReadsWait) {
+  constexpr int kSilent = 200;
+  std::vector<Fd> ends;
+  std::vector<std::vector<char>> bufs(kSilent, std::vector<char>(1));
+  std::atomic<int> finished{0};
+  ordo::test::Counter done;
+  for (int i = 0; i < kSilent; ++i) {
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    ends.emplace_back(p[0]);
+    ends.emplace_back(p[1]);
+    io.read(p[0], bytes(bufs[i]), Reactor::kCurrent).then([&](const Result& r) {
+      EXPECT_EQ(r.value(), 1U);
+      finished.fetch_add(1);
+      done.arrive();
+    });
+  }
+  // Compute ops run to completion while every read is outstanding.
+  Var v = engine.new_variable();
+  std::uint64_t acc = 0;
+  for (int i = 0; i < 10000; ++i) {
+    engine.push_sync([&acc, i] { acc = acc * 31 + static_cast<std::uint64_t>(i); }, Context::cpu(), {}, {v});
+  }
+  engine.wait_for_var(v);
+  EXPECT_EQ(finished.load(), 0);
+  for (int i = 0; i < kSilent; ++i) ASSERT_EQ(::write(ends[2 * i + 1].fd, "z", 1), 1);
+  EXPECT_TRUE(done.wait_for(kSilent));  // the callbacks are posted by the reaper
+  engine.wait_for_all();
+  EXPECT_EQ(finished.load(), kSilent);
+}
+
+TEST_P(Io, LoopbackTcpAcceptConnectSendRecv) {
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto server = [&]() -> Task<std::string> {
+    Fd conn(co_await io.accept(listener.fd));
+    std::vector<char> buf(5);
+    co_await io.recv(conn.fd, bytes(buf)).exact();
+    co_await io.send(conn.fd, cbytes("pong!")).exact();
+    co_return std::string(buf.data(), 5);
+  };
+  auto client = [&]() -> Task<std::string> {
+    Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    co_await io.connect(s.fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    co_await io.send(s.fd, cbytes("ping!")).exact();
+    std::vector<char> buf(5);
+    co_await io.recv(s.fd, bytes(buf)).exact();
+    co_return std::string(buf.data(), 5);
+  };
+  auto both = [&]() -> Task<std::pair<std::string, std::string>> {
+    auto [s, c] = co_await when_all(server(), client());
+    co_return std::pair{s, c};
+  };
+  auto [got_server, got_client] = sync_wait(both());
+  EXPECT_EQ(got_server, "ping!");
+  EXPECT_EQ(got_client, "pong!");
+}
+
+TEST_P(Io, ReadvWritevMoveEverySegment) {
+  TempDir dir;
+  Fd fd(::open(dir.file("v").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600));
+  std::string p1 = "head-", p2 = "tail";
+  const iovec out[2] = {{p1.data(), p1.size()}, {p2.data(), p2.size()}};
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.writev(fd.fd, out, 0); }()), 9U);
+  std::vector<char> a(5), b(4);
+  const iovec in[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+  EXPECT_EQ(sync_wait([&]() -> Task<std::size_t> { co_return co_await io.readv(fd.fd, in, 0); }()), 9U);
+  EXPECT_EQ(std::string(a.data(), 5) + std::string(b.data(), 4), "head-tail");
+}
+
+TEST_P(Io, FileOpsOrderedByVariablesMatchASerialReplay) {
+  // Blocks of a file and in-memory buffers, each with a variable. Random
+  // reads (file block -> buffer), writes (buffer -> file block) and compute
+  // steps (buffer = f(buffer)) are pushed; the final file and buffers must
+  // equal a serial replay of the same sequence.
+  const std::uint64_t seed = test_seed("io_differential");
+  std::mt19937_64 rng(seed);
+  constexpr int kBlocks = 8, kBufs = 4, kSize = 64, kOps = 400;
+  TempDir dir;
+  Fd fd(::open(dir.file("blocks").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600));
+  std::vector<std::vector<char>> file_model(kBlocks, std::vector<char>(kSize)), buf_model(kBufs, std::vector<char>(kSize));
+  for (int b = 0; b < kBlocks; ++b) {
+    for (int i = 0; i < kSize; ++i) file_model[b][i] = static_cast<char>('a' + (b + i) % 26);
+    ASSERT_EQ(::pwrite(fd.fd, file_model[b].data(), kSize, static_cast<off_t>(b) * kSize), kSize);
+  }
+  std::vector<std::vector<char>> bufs = buf_model;
+  std::vector<Var> block_vars(kBlocks), buf_vars(kBufs);
+  for (auto& v : block_vars) v = engine.new_variable();
+  for (auto& v : buf_vars) v = engine.new_variable();
+  auto step = [](std::vector<char>& b, int salt) {
+    for (int i = 0; i < kSize; ++i) b[i] = static_cast<char>(b[i] * 7 + salt + i);
+  };
+  for (int n = 0; n < kOps; ++n) {
+    const int kind = static_cast<int>(rng() % 3);
+    const int blk = static_cast<int>(rng() % kBlocks), bi = static_cast<int>(rng() % kBufs);
+    const auto off = static_cast<std::uint64_t>(blk) * kSize;
+    switch (kind) {
+      case 0:
+        buf_model[bi] = file_model[blk];
+        io.push_read(buf_vars[bi], fd.fd, bytes(bufs[bi]), off, block_vars[blk]);
+        break;
+      case 1:
+        file_model[blk] = buf_model[bi];
+        io.push_write(buf_vars[bi], fd.fd, std::as_bytes(std::span(bufs[bi])), off, block_vars[blk]);
+        break;
+      default: {
+        const int salt = static_cast<int>(rng() % 100);
+        step(buf_model[bi], salt);
+        engine.push_sync([&bufs, bi, salt, step] { step(bufs[bi], salt); }, Context::cpu(), {}, {buf_vars[bi]});
+      }
+    }
+  }
+  engine.wait_for_all();
+  for (int bi = 0; bi < kBufs; ++bi) EXPECT_EQ(bufs[bi], buf_model[bi]) << "buffer " << bi << " seed=" << seed;
+  for (int b = 0; b < kBlocks; ++b) {
+    std::vector<char> got(kSize);
+    ASSERT_EQ(::pread(fd.fd, got.data(), kSize, static_cast<off_t>(b) * kSize), kSize);
+    EXPECT_EQ(got, file_model[b]) << "block " << b << " seed=" << seed;
+  }
+}
+
+TEST_P(Io, DestructionCancelsAndDeliversEverythingInFlight) {
+  constexpr int kWaiting = 50;
+  std::vector<Fd> ends;
+  std::vector<std::vector<char>> bufs(kWaiting, std::vector<char>(1));
+  std::atomic<int> cancelled{0}, other{0};
+  {
+    Reactor local(engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}});
+    for (int i = 0; i < kWaiting; ++i) {
+      int sv[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+      ends.emplace_back(sv[0]);
+      ends.emplace_back(sv[1]);
+      local.recv(sv[0], bytes(bufs[i])).then([&](const Result& r) {
+        (r.error() == std::errc::operation_canceled ? cancelled : other).fetch_add(1);
+      });
+    }
+  }  // every callback has run when the destructor returns
+  EXPECT_EQ(cancelled.load(), kWaiting);
+  EXPECT_EQ(other.load(), 0);
+}
+
+TEST_P(Io, MisuseIsAClearError) {
+  auto op = io.sleep_for(1ms);
+  EXPECT_THROW(op.timeout(1s), Error);
+  std::vector<char> buf(1);
+  auto r = io.read(0, bytes(buf), 0);
+  EXPECT_THROW(r.timeout(0s), Error);
+  EXPECT_THROW(io.connect(0, nullptr, 0), Error);
+  sync_wait([&]() -> Task<void> { co_await op; }());
+  EXPECT_THROW(op.then([](const Result&) {}), Error);  // started twice
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Io, ::testing::ValuesIn(backends()), backend_name);
+
+TEST(IoOptionsEnv, ParsesBackendAndRejectsNonsense) {
+  ::setenv("ORDO_IO_BACKEND", "threads", 1);
+  EXPECT_EQ(IoOptions::from_env().backend, Backend::threads);
+  ::setenv("ORDO_IO_BACKEND", "bogus", 1);
+  EXPECT_THROW((void)IoOptions::from_env(), Error);
+  ::unsetenv("ORDO_IO_BACKEND");
+  EXPECT_EQ(IoOptions::from_env().backend, Backend::automatic);
+}
+
+}  // namespace
+}  // namespace ordo::io
