@@ -5,10 +5,10 @@
 //   asio::post(asio::bind_executor(ex, handler));      // a handler on the workers
 //   ordo::asio::push(engine, {a}, {b}, fn, asio::bind_executor(ex, on_done));
 //
-// Each function submitted runs as an op with no variables (push_sync(f, ctx,
-// {}, {})): it conflicts with nothing and runs on a worker of ctx's pool,
-// concurrently with everything else (there is no strand: wrap it in
-// asio::strand<engine_executor> for serial execution).
+// Each function submitted is handed to Engine::post: it has no variables,
+// conflicts with nothing and runs on a worker of ctx's pool, concurrently
+// with everything else (wrap the executor in asio::strand<engine_executor>
+// for serial execution).
 //
 // Part of target ordo::asio (standalone Asio, <asio.hpp>); the core never
 // includes Asio headers.
@@ -26,35 +26,35 @@
 
 namespace ordo::asio {
 
-/// A standard (P0443-style) Asio executor whose execute() pushes the
-/// function to an engine as an op reading and writing nothing. It never
-/// runs the function inside execute() (blocking.never), so asio::post,
+/// A standard (P0443-style) Asio executor whose execute() posts the
+/// function to an engine (Engine::post). It never runs the function inside
+/// execute() (blocking.never), so asio::post,
 /// asio::dispatch, asio::defer, asio::bind_executor, executor_work_guard and
 /// asio::strand all work with it.
 ///
-/// An exception escaping a function fails its op like any op body's
-/// exception: the engine keeps it and Engine::wait_for_all() rethrows it
-/// (or the engine reports it at destruction), where io_context::run() would
-/// have thrown it.
+/// An exception escaping a function is stored like that of an op with no
+/// outputs: Engine::wait_for_all() rethrows it (or the engine reports it at
+/// destruction), where io_context::run() would have thrown it.
 ///
-/// Backpressure: execute() is a push, so with Options::max_in_flight a
-/// thread that is not an engine worker may be held back while the engine
-/// has that many ops in flight (see Options). The engine must outlive every
-/// copy of the executor and every function submitted through it.
+/// execute() never blocks: Engine::post is not held back by
+/// Options::max_in_flight, so an io_context thread can hand handlers to the
+/// engine freely. The engine must outlive every copy of the executor; its
+/// destructor waits for every function already submitted.
 ///
 /// @par Thread safety
-/// A value type; any thread may use any copy concurrently (execute is a push).
+/// A value type; any thread may use any copy concurrently (execute is a post).
 class engine_executor {
  public:
   /// Allocates the small execution_context below (shared by all copies).
   explicit engine_executor(Engine& engine, Context ctx = Context::cpu())
       : engine_(&engine), ctx_(ctx), services_(std::make_shared<::asio::execution_context>()) {}
 
-  /// Runs f (a void() callable, called once as an rvalue) on a worker.
+  /// Runs f (a void() callable, called once as an rvalue) on a worker
+  /// (Engine::post: never on the calling thread, never held back).
   template <class F>
   void execute(F&& f) const {
-    engine_->push_sync([fn = std::decay_t<F>(std::forward<F>(f))]() mutable { std::move(fn)(); }, ctx_, {}, {},
-                       OpAttrs{.name = "asio handler"});
+    engine_->post([fn = std::decay_t<F>(std::forward<F>(f))]() mutable { std::move(fn)(); }, ctx_,
+                  OpAttrs{.name = "asio handler"});
   }
 
   [[nodiscard]] Engine& engine() const noexcept { return *engine_; }

@@ -79,3 +79,37 @@ TEST(AsioExecutor, WorkGuardAndCompletionOnWorkers) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace ordo_asio_test;
+
+// execute() is Engine::post: it must not be held back by max_in_flight (an
+// io_context thread handing work to a busy engine must never block).
+TEST(AsioExecutor, ExecuteNeverBlocksUnderBackpressure) {
+  ordo::Options o = test_options(1);
+  o.max_in_flight = 4;
+  ordo::Engine engine(o);
+  ordo::Var v = engine.new_variable();
+  Gate gate;
+  for (int i = 0; i < 4; ++i) engine.push_sync([&] { gate.wait(); }, ordo::Context::cpu(), {}, {v});
+  ordo::asio::engine_executor ex(engine);
+  constexpr int kPosts = 50;
+  std::latch ran(kPosts);
+  for (int i = 0; i < kPosts; ++i) asio::post(ex, [&] { ran.count_down(); });  // would block if it were a push
+  gate.open();
+  ran.wait();
+  engine.wait_for_all();
+}
+
+TEST(AsioExecutor, NaiveEngineStillNeverRunsInline) {
+  ordo::Options o = test_options(1);
+  o.kind = ordo::EngineKind::naive;
+  ordo::Engine engine(o);
+  ordo::asio::engine_executor ex(engine);
+  std::promise<std::thread::id> p;
+  asio::post(ex, [&] { p.set_value(std::this_thread::get_id()); });
+  EXPECT_NE(p.get_future().get(), std::this_thread::get_id());
+}
+
+}  // namespace

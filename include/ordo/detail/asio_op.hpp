@@ -179,6 +179,10 @@ struct Body {
   void operator()(const RunContext& rc, OnComplete done) noexcept {
     std::shared_ptr<State<F, R>> s = std::move(st);
     if (!s->claim()) {  // cancelled before the grant: a no-op in push order
+      // Let go of the state first: whoever waits on the op's variables then
+      // finds the state (and the exception_ptr it holds) already released
+      // here, so this worker never frees what the handler's thread read.
+      s.reset();
       try {
         done();
       } catch (...) {
