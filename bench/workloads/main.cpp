@@ -235,7 +235,7 @@ ob::Figure run_figure(const ob::Job& job, const Config& cfg, const ob::Progress&
 /// Adds one interleaved run (a figure of one run) to the figure of all runs.
 void merge_run(ob::Figure& into, ob::Figure&& run, std::vector<double>& loads, std::vector<double>& untimed,
                std::vector<double>& newvar) {
-  if (loads.empty() && into.m.seconds.empty() && into.engine.empty()) {
+  if (into.engine.empty()) {  // the first run
     into = std::move(run);
   } else {
     into.m.seconds.insert(into.m.seconds.end(), run.m.seconds.begin(), run.m.seconds.end());
