@@ -43,7 +43,9 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
                          (package missing) is skipped with a message
   --no-peers             leave the peers out (same as listing only serial and ordo engines)
   --runs N               runs per figure; the median, min and max are reported (default 5)
-  --ops N                ops per workload (default 1000000, at most 20000000)
+  --ops N                ops per workload (default 1000000, or 200000 when a peer runs:
+                         libgomp's time per task grows with the tasks it holds and StarPU
+                         needs ~4 KB per variable; at most 20000000)
   --w6-ops N             ops of W6 (default: --ops / 5)
   --work-us X            busy work per W6 op in microseconds (default 10)
   --quick                CI-size smoke run: --ops 50000 --runs 1 unless given
@@ -186,7 +188,12 @@ Config parse_args(int argc, char** argv) {
   }
   if (c.runs && *c.runs > 1000) usage_error("at most 1000 runs");
   if (!c.runs) c.runs = c.quick ? 1 : 5;
-  if (!c.ops) c.ops = c.quick ? 50'000 : 1'000'000;
+  const bool any_peer = std::any_of(c.engines.begin(), c.engines.end(),
+                                    [](const std::string& e) {
+                                      const ob::EngineSpec* spec = ob::find_engine(e);
+                                      return spec->peer && !ob::peer_executable(*spec->peer).empty();
+                                    });
+  if (!c.ops) c.ops = c.quick ? 50'000 : any_peer ? 200'000 : 1'000'000;
   if (!c.w6_ops) c.w6_ops = std::max<std::size_t>(1, *c.ops / 5);
   return c;
 }
