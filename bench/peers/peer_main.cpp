@@ -45,6 +45,8 @@ ob::peer::Args parse(int argc, char** argv) {
         a.label = value();
       } else if (flag == "--progress") {
         a.progress = value();
+      } else if (flag == "--of") {
+        a.of = value();
       } else if (flag == "--t0") {
         a.t0 = std::stod(value());
       } else if (flag == "--time-build") {
@@ -78,8 +80,9 @@ int main(int argc, char** argv) {
         if (!args.progress.empty() && args.t0 >= 0) {
           const double now =
               std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-          std::fprintf(stderr, "\r\033[K[%s, %.1f s] %s: run %d/%d", args.progress.c_str(), now - args.t0,
-                       args.label.c_str(), r, args.runs);
+          const std::string run = args.of.empty() ? std::to_string(r) + "/" + std::to_string(args.runs) : args.of;
+          std::fprintf(stderr, "\r\033[K[%s, %.1f s] %s: run %s", args.progress.c_str(), now - args.t0,
+                       args.label.c_str(), run.c_str());
         } else {
           std::fprintf(stderr, "\r\033[K%s: run %d/%d", args.label.c_str(), r, args.runs);
         }

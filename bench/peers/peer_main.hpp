@@ -6,7 +6,7 @@
 // run by ordo_workloads in a child process:
 //
 //   ordo_peer_X --workload W4 --ops N --runs R --spin S [--reference D] [--label L] [--time-build]
-//               [--progress i/n --t0 SECONDS]
+//               [--progress i/n --t0 SECONDS [--of k/n]]
 //
 // It prints one serialize()d Measurement (measurement.hpp) on stdout. Each
 // peer source defines the three functions below; peer_main.cpp has main().
@@ -31,6 +31,7 @@ struct Args {
   bool time_build = false;  ///< tbb-flow+build: graph construction inside the timed region
   std::string progress;     ///< "figure/figures" of ordo_workloads' status line, if it shows one
   double t0 = -1;           ///< ordo_workloads' start, seconds of the steady clock
+  std::string of;           ///< "k/n": this process does run k of n (interleaved runs), for the status line
 };
 
 /// One replay of a trace.

@@ -58,6 +58,7 @@ void exec_peer(const Job& job, const Progress& progress, const std::string& exe,
     char t0[64];
     std::snprintf(t0, sizeof t0, "%.6f", progress.start_s());
     args.insert(args.end(), {"--progress", progress.position(), "--t0", t0});
+    if (job.rounds > 0) args.insert(args.end(), {"--of", std::to_string(job.round) + "/" + std::to_string(job.rounds)});
   }
   for (const auto& a : job.engine.peer->args) args.push_back(a);
   std::vector<char*> argv;
@@ -93,6 +94,10 @@ Measurement measure_here(const Job& job, const Progress& progress, const Trace* 
     std::optional<Trace> own;
     if (trace == nullptr) trace = &own.emplace(make_trace(job.workload, job.ops, job.spin_iters));
     return measure(job.engine, *trace, job.runs, job.reference, [&](int run, int runs) {
+      if (job.rounds > 0) {
+        run = job.round;
+        runs = job.rounds;
+      }
       progress.show(label + ": run " + std::to_string(run) + "/" + std::to_string(runs));
     });
   } catch (const std::exception& e) {

@@ -58,6 +58,8 @@ struct Job {
   std::uint32_t spin_iters;
   int runs;
   std::optional<std::uint64_t> reference;
+  int round = 0;   ///< interleaved runs: this child does run `round` of `rounds` (for the status line)
+  int rounds = 0;
 };
 
 /// Measures `job` in this process, on `trace` if given, else on a trace

@@ -43,13 +43,19 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
                          (package missing) is skipped with a message
   --no-peers             leave the peers out (same as listing only serial and ordo engines)
   --runs N               runs per figure; the median, min and max are reported (default 5)
-  --ops N                ops per workload (default 1000000, at most 20000000)
+  --ops N                ops per workload (default 1000000, or 200000 when a peer runs:
+                         libgomp's time per task grows with the tasks it holds and StarPU
+                         needs ~4 KB per variable; at most 20000000)
   --w6-ops N             ops of W6 (default: --ops / 5)
   --work-us X            busy work per W6 op in microseconds (default 10)
   --quick                CI-size smoke run: --ops 50000 --runs 1 unless given
   --write-docs PATH      also write the Markdown report to PATH
   --callgrind-file PATH  instructions per op from bench/callgrind_per_op.sh's output: an
                          instr/op column in the report and instr_per_op= in RESULT lines
+  --no-interleave        do all runs of a figure in one child, one figure after the other
+                         (default: run k of every engine of a workload, then run k+1, each in
+                         a fresh child, so that load from other processes on a shared machine
+                         spreads over all engines instead of spoiling one figure)
   --no-fork              measure in-process (no per-figure peak RSS; for profilers);
                          peers still run in their own process
   --timeout S            give up on a figure after S seconds (default 300)
@@ -79,6 +85,7 @@ struct Config {
   std::optional<std::size_t> max_in_flight;  ///< unset: the engine's default
   double wait_quiet_s = 0;
   bool no_peers = false;
+  bool interleave = true;
   std::optional<std::string> callgrind_file;
 };
 
@@ -148,6 +155,8 @@ Config parse_args(int argc, char** argv) {
       c.work_us = parse_number<double>(flag, value());
     } else if (flag == "--callgrind-file") {
       c.callgrind_file = value();
+    } else if (flag == "--no-interleave") {
+      c.interleave = false;
     } else if (flag == "--no-peers") {
       c.no_peers = true;
     } else if (flag == "--quick") {
@@ -179,7 +188,12 @@ Config parse_args(int argc, char** argv) {
   }
   if (c.runs && *c.runs > 1000) usage_error("at most 1000 runs");
   if (!c.runs) c.runs = c.quick ? 1 : 5;
-  if (!c.ops) c.ops = c.quick ? 50'000 : 1'000'000;
+  const bool any_peer = std::any_of(c.engines.begin(), c.engines.end(),
+                                    [](const std::string& e) {
+                                      const ob::EngineSpec* spec = ob::find_engine(e);
+                                      return spec->peer && !ob::peer_executable(*spec->peer).empty();
+                                    });
+  if (!c.ops) c.ops = c.quick ? 50'000 : any_peer ? 200'000 : 1'000'000;
   if (!c.w6_ops) c.w6_ops = std::max<std::size_t>(1, *c.ops / 5);
   return c;
 }
@@ -225,6 +239,32 @@ ob::Figure run_figure(const ob::Job& job, const Config& cfg, const ob::Progress&
   return best;
 }
 
+/// Adds one interleaved run (a figure of one run) to the figure of all runs.
+void merge_run(ob::Figure& into, ob::Figure&& run, std::vector<double>& loads, std::vector<double>& untimed,
+               std::vector<double>& newvar) {
+  if (into.engine.empty()) {  // the first run
+    into = std::move(run);
+  } else {
+    into.m.seconds.insert(into.m.seconds.end(), run.m.seconds.begin(), run.m.seconds.end());
+    if (into.m.ops == 0) into.m.ops = run.m.ops;
+    if (into.m.workers == 0) into.m.workers = run.m.workers;
+    if (!run.m.ok) {
+      into.m.ok = false;
+      if (into.m.error.empty()) into.m.error = run.m.error.empty() ? "digest_mismatch" : run.m.error;
+    }
+    if (run.peak_rss_mib) into.peak_rss_mib = std::max(into.peak_rss_mib.value_or(0), *run.peak_rss_mib);
+    into.attempts = std::max(into.attempts, run.attempts);
+  }
+  if (run.other_load) loads.push_back(*run.other_load);
+  untimed.push_back(run.m.untimed_seconds);
+  newvar.push_back(run.m.new_variable_ns);
+  double sum = 0;
+  for (const double l : loads) sum += l;
+  if (!loads.empty()) into.other_load = sum / static_cast<double>(loads.size());
+  into.m.untimed_seconds = ob::median(untimed);
+  into.m.new_variable_ns = ob::median(newvar);
+}
+
 int run(int argc, char** argv) {
   const Config cfg = parse_args(argc, argv);
   ob::Progress progress;
@@ -259,9 +299,12 @@ int run(int argc, char** argv) {
   auto runs_on = [](const ob::EngineSpec& e, const std::string& workload) {
     return !e.peer || ob::base_workload(workload) == workload;
   };
+  // Interleaved: every child does one run; rounds of all engines of a workload.
+  const int rounds = cfg.fork && cfg.interleave ? *cfg.runs : 1;
+  info.interleaved = rounds > 1;
   int total = 0;
   for (const auto& w : cfg.workloads) {
-    for (const ob::EngineSpec* e : engines) total += runs_on(*e, w) ? 1 : 0;
+    for (const ob::EngineSpec* e : engines) total += runs_on(*e, w) ? rounds : 0;
   }
   progress.set_total(total);
 
@@ -285,15 +328,31 @@ int run(int argc, char** argv) {
       progress.show(workload + ": generating the trace");
       shared_trace.emplace(ob::make_trace(workload, ops, info.spin_iters));
     }
+    std::vector<const ob::EngineSpec*> here;
     for (const ob::EngineSpec* engine : engines) {
-      if (!runs_on(*engine, workload)) continue;
-      const bool is_serial = engine->name == "serial";
-      progress.next_figure();
-      ob::Job job{*engine, workload, ops, info.spin_iters, *cfg.runs, reference};
-      if (job.engine.ordo && cfg.max_in_flight) job.engine.ordo->max_in_flight = *cfg.max_in_flight;
-      ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
+      if (runs_on(*engine, workload)) here.push_back(engine);
+    }
+    std::vector<ob::Figure> wf(here.size());
+    std::vector<std::vector<double>> loads(here.size()), untimed(here.size()), newvar(here.size());
+    for (int round = 1; round <= rounds; ++round) {
+      for (std::size_t k = 0; k < here.size(); ++k) {
+        const ob::EngineSpec* engine = here[k];
+        progress.next_figure();
+        ob::Job job{*engine, workload, ops, info.spin_iters, rounds > 1 ? 1 : *cfg.runs, reference};
+        if (rounds > 1) {
+          job.round = round;
+          job.rounds = rounds;
+        }
+        if (job.engine.ordo && cfg.max_in_flight) job.engine.ordo->max_in_flight = *cfg.max_in_flight;
+        ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
+        if (engine->name == "serial" && round == 1 && fig.m.ok) reference = fig.m.digest;
+        merge_run(wf[k], std::move(fig), loads[k], untimed[k], newvar[k]);
+      }
+    }
+    for (std::size_t k = 0; k < here.size(); ++k) {
+      const bool is_serial = here[k]->name == "serial";
+      ob::Figure& fig = wf[k];
       if (is_serial) {
-        if (fig.m.ok) reference = fig.m.digest;
         serial_index = figures.size();
       } else if (!reference) {
         fig.m.ok = false;

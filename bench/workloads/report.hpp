@@ -41,6 +41,7 @@ struct RunInfo {
   double work_us = 0;
   std::uint32_t spin_iters = 0;
   bool forked = true;
+  bool interleaved = false;     ///< run k of every engine, then run k+1 (each run in its own child)
   std::size_t max_in_flight = 0;  ///< Options::max_in_flight of every ordo engine
   bool max_in_flight_given = false;  ///< set by --max-in-flight (else the default)
   std::string load_before;      ///< /proc/loadavg when the benchmark started
