@@ -130,7 +130,7 @@ class UringBackend final : public BackendImpl {
     if (!ring_ready_ || shut_down_) return;
     shut_down_ = true;
     stopping_.store(true, std::memory_order_seq_cst);
-    push_cancel(new (std::nothrow) CancelNode{nullptr, nullptr}, nullptr);
+    push_cancel(&cancel_all_, nullptr);
     flush();
     reaper_.join();
     // A submit or cancel still returning from its flush may touch the ring:
@@ -154,7 +154,7 @@ class UringBackend final : public BackendImpl {
       for (CancelNode* c = cancels_.exchange(nullptr); c != nullptr;) {
         CancelNode* next = c->next;
         if (c->target != nullptr) drop(c->target);
-        delete c;
+        if (c != &cancel_all_) delete c;
         c = next;
       }
     }
@@ -324,7 +324,7 @@ class UringBackend final : public BackendImpl {
           internal_.fetch_add(1, std::memory_order_relaxed);
         }
         sqes_.fetch_add(1, std::memory_order_release);
-        delete cancels;
+        if (cancels != &cancel_all_) delete cancels;
         cancels = next;
       }
       if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
@@ -383,6 +383,7 @@ class UringBackend final : public BackendImpl {
         break;
       default:
         internal_.fetch_sub(1, std::memory_order_relaxed);
+        cancel_all_reaped_.store(true, std::memory_order_release);
         break;
     }
   }
@@ -390,7 +391,10 @@ class UringBackend final : public BackendImpl {
   void reap() noexcept {
     const ordo::CompletionThread scope;
     for (;;) {
-      if (stopping_.load(std::memory_order_seq_cst) && sqes_.load(std::memory_order_acquire) == 0 &&
+      // The shutdown cancel-all must have come back too: stopping_ is set
+      // before it is submitted, so the counts alone can read zero in between.
+      if (stopping_.load(std::memory_order_seq_cst) && cancel_all_reaped_.load(std::memory_order_acquire) &&
+          sqes_.load(std::memory_order_acquire) == 0 &&
           requests_.load(std::memory_order_acquire) == 0 && incoming_.load(std::memory_order_acquire) == nullptr &&
           cancels_.load(std::memory_order_acquire) == nullptr) {
         return;
@@ -428,6 +432,8 @@ class UringBackend final : public BackendImpl {
   Request* pending_tail_ = nullptr;
   std::atomic<bool> has_pending_{false};
   std::atomic<CancelNode*> cancels_{nullptr};
+  CancelNode cancel_all_{nullptr, nullptr};  ///< the shutdown cancel-all (never allocated: it cannot fail)
+  std::atomic<bool> cancel_all_reaped_{false};  ///< its CQE has come back
   std::atomic<bool> flushing_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> sqes_{0};      ///< SQEs submitted whose CQE has not been reaped
