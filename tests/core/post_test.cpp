@@ -68,26 +68,24 @@ TEST_P(Post, IsNotHeldBackByMaxInFlight) {
   opts.max_in_flight = 2;
   Engine engine(opts);
   Var a = engine.new_variable();
-  Gate release;
-  // Two async ops that only this thread completes fill the window...
-  std::vector<OnComplete> held;
-  std::mutex m;
+  // An async op on `a` that only this thread completes (its body has run
+  // before anything else is pushed, so nothing races to fill `held`)...
+  std::promise<OnComplete> held;
+  engine.push_async([&](RunContext, OnComplete done) { held.set_value(std::move(done)); }, Context::cpu(), {}, {a});
+  OnComplete done = held.get_future().get();
+  // ...and two ops queued behind it fill the window...
+  std::atomic<int> behind{0};
   for (int i = 0; i < 2; ++i) {
-    engine.push_async([&](RunContext, OnComplete done) {
-      std::lock_guard lock(m);
-      held.push_back(done);
-    }, Context::cpu(), {}, {});
+    engine.push_sync([&](RunContext) { behind.fetch_add(1, std::memory_order_relaxed); }, Context::cpu(), {}, {a});
   }
   // ...yet a post goes through at once and runs.
   std::promise<void> ran;
   engine.post([&] { ran.set_value(); });
   EXPECT_EQ(ran.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  {
-    std::lock_guard lock(m);
-    for (auto& d : held) d();
-  }
+  EXPECT_EQ(behind.load(), 0);
+  done();
   engine.wait_for_all();
-  (void)a;
+  EXPECT_EQ(behind.load(), 2);
 }
 
 TEST_P(Post, DeleteVarPropertyIsRejected) {
