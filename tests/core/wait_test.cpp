@@ -239,11 +239,15 @@ TEST(Backpressure, StartedAsyncOpsDoNotHoldPushersBack) {
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 8});
   std::vector<OnComplete> held;
   std::mutex held_mutex;
+  Counter bodies_ran;
   for (int i = 0; i < 100; ++i) {
     Var v = engine.new_variable();
     engine.push_async([&](RunContext, OnComplete done) {
-      std::lock_guard lock(held_mutex);
-      held.push_back(done);
+      {
+        std::lock_guard lock(held_mutex);
+        held.push_back(done);
+      }
+      bodies_ran.arrive();
     }, Context::cpu(), {}, {v}, {.prop = FnProperty::async});
   }
   Gate gate;
@@ -261,6 +265,9 @@ TEST(Backpressure, StartedAsyncOpsDoNotHoldPushersBack) {
   EXPECT_TRUE(pushed.wait_for(1, std::chrono::seconds(30))) << "pusher held back by started async ops";
   gate.open();
   pusher.join();
+  // Every body must have stored its completion before they are called, or
+  // one stored later would never be completed.
+  ASSERT_TRUE(bodies_ran.wait_for(100));
   {
     std::lock_guard lock(held_mutex);
     for (auto& done : held) done();
