@@ -61,8 +61,10 @@ class IoCategory final : public std::error_category {
   }
 };
 
+// std::system_error appends ": " + ec.message() to this prefix, so what()
+// reads "ordo::io read: Bad file descriptor" (the message is not repeated).
 std::string describe(std::error_code ec, const char* op, std::size_t transferred) {
-  std::string s = std::string("ordo::io ") + op + ": " + ec.message();
+  std::string s = std::string("ordo::io ") + op;
   if (ec == errc::short_transfer) s += " after " + std::to_string(transferred) + " bytes";
   return s;
 }
@@ -495,6 +497,7 @@ Handle detail::IoOpBase::start_completion(OnComplete done) { return io_->start_p
 
 IoOp<int> Reactor::open(std::string path, int flags, mode_t mode) {
   return IoOp<int>(this, detail::OpCode::openat, [&](detail::Request& req) {
+    req.fd = AT_FDCWD;  // relative paths: the working directory (both backends pass fd as the dirfd)
     req.path = std::move(path);
     req.op_flags = static_cast<std::uint32_t>(flags);
     req.mode = mode;

@@ -8,7 +8,13 @@
 // requests. Cancellations travel the same way on a second stack.
 //
 // Completion. One reaper thread waits for CQEs and does bookkeeping only (it
-// runs inside an ordo::CompletionThread scope): a request is delivered when
+// runs inside an ordo::CompletionThread scope). Requests the kernel completes
+// during io_uring_enter itself (buffered reads from the page cache, NOPs,
+// immediate errors) are delivered by the submitting thread right after its
+// submit, in a CompletionThread scope too (reap_inline): at queue depth 1
+// that halves the cross-thread wake-ups per request (measured: 4 KiB cached
+// reads at QD1 went from ~85k to ~170k IOPS on 2 cores). One thread at a time
+// consumes the CQ (reaping_). A request is delivered when
 // every CQE it is owed has come (its own, its linked timeout's, one per
 // cancel attempt), so the memory of a delivered request is never named by a
 // later CQE. user_data is the request's address with a tag in the low bits.
@@ -118,6 +124,7 @@ class UringBackend final : public BackendImpl {
       r->backend_next = head;
     } while (!incoming_.compare_exchange_weak(head, r, std::memory_order_release, std::memory_order_relaxed));
     flush();
+    reap_inline();
   }
 
   void cancel(Request* r) noexcept override {
@@ -399,27 +406,56 @@ class UringBackend final : public BackendImpl {
           cancels_.load(std::memory_order_acquire) == nullptr) {
         return;
       }
-      io_uring_cqe* cqe = nullptr;
-      const int rc = io_uring_wait_cqe(&ring_, &cqe);
-      if (rc < 0) {
-        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
-        std::fprintf(stderr, "ordo::io: io_uring_wait_cqe failed: %s\n", std::strerror(-rc));
-        continue;
-      }
-      unsigned head = 0;
-      unsigned n = 0;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
-        handle(cqe);
-        ++n;
-      }
-      io_uring_cq_advance(&ring_, n);
-      sqes_.fetch_sub(n, std::memory_order_release);
-      // Submissions that found the queue full are waiting for this.
-      if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
-          cancels_.load(std::memory_order_acquire) != nullptr) {
-        flush();
+      // Only the holder of reaping_ reads the CQ head (a submitter may be
+      // reaping inline): look under the flag, and wait in the kernel without
+      // it. The kernel's wait compares the tail with the head as last
+      // advanced, so a CQE posted after the look ends the wait at once, and
+      // one a submitter took meanwhile just means waiting for the next.
+      while (reaping_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+      const bool any = io_uring_cq_ready(&ring_) != 0;
+      if (any) reap_ready();
+      reaping_.store(false, std::memory_order_release);
+      if (any) continue;
+      const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        std::fprintf(stderr, "ordo::io: io_uring_enter (wait) failed: %s\n", std::strerror(-rc));
       }
     }
+  }
+
+  /// Delivers every CQE in the queue (the caller holds reaping_).
+  void reap_ready() noexcept {
+    unsigned head = 0;
+    unsigned n = 0;
+    io_uring_cqe* cqe = nullptr;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      handle(cqe);
+      ++n;
+    }
+    io_uring_cq_advance(&ring_, n);
+    sqes_.fetch_sub(n, std::memory_order_release);
+    // Submissions that found the queue full are waiting for this.
+    if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
+        cancels_.load(std::memory_order_acquire) != nullptr) {
+      flush();
+    }
+  }
+
+  /// After a submit: completions the kernel posted during io_uring_enter (a
+  /// buffered read served from the page cache completes there) are delivered
+  /// on the submitting thread, inside a CompletionThread scope, rather than
+  /// handed to the reaper: one cross-thread wake-up less on the request's
+  /// path. Skipped when another thread is reaping (or this one already is:
+  /// a delivery that submits again).
+  void reap_inline() noexcept {
+    // The flag first: io_uring_cq_ready reads the CQ head, which only its
+    // holder may (the reaper advances it).
+    if (reaping_.exchange(true, std::memory_order_acquire)) return;
+    if (io_uring_cq_ready(&ring_) != 0) {
+      const ordo::CompletionThread scope;
+      reap_ready();
+    }
+    reaping_.store(false, std::memory_order_release);
   }
 
   io_uring ring_{};
@@ -435,6 +471,10 @@ class UringBackend final : public BackendImpl {
   CancelNode cancel_all_{nullptr, nullptr};  ///< the shutdown cancel-all (never allocated: it cannot fail)
   std::atomic<bool> cancel_all_reaped_{false};  ///< its CQE has come back
   std::atomic<bool> flushing_{false};
+  /// The one thread consuming the completion queue holds it: the reaper
+  /// after each wait, or a submitter in reap_inline (try only, never waits).
+  /// Acquire on taking / release on dropping it orders the CQ head updates.
+  std::atomic<bool> reaping_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> sqes_{0};      ///< SQEs submitted whose CQE has not been reaped
   std::atomic<std::int64_t> requests_{0};  ///< requests submitted and not yet delivered

@@ -7,16 +7,19 @@
 #   scripts/dev.sh test --sanitize address   the same tests under ASan+UBSan (build-asan/)
 #   scripts/dev.sh bench [args]              install the peers too, build in Release, run bench/ordo_workloads
 #                                            (with --write-docs: instructions per op under callgrind first)
+#   scripts/dev.sh bench-io [args]           the same set-up, then bench/ordo_io_bench (ordo::io beside fio
+#                                            and Asio; --write-docs writes docs/io-bench.md)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev)
-# Only `bench` installs these: the peers it compares ordo with (bench/peers/:
-# OpenMP with clang + LLVM's libomp, oneTBB, StarPU) and valgrind for the
-# instruction counts. Builds and tests never need them.
-bench_packages=(clang libomp-dev libtbb-dev libstarpu-dev valgrind)
+# Only `bench` and `bench-io` install these: the peers they compare ordo with
+# (bench/peers/: OpenMP with clang + LLVM's libomp, oneTBB, StarPU; fio for
+# bench/io/) and valgrind for the instruction counts. Builds and tests never
+# need them.
+bench_packages=(clang libomp-dev libtbb-dev libstarpu-dev valgrind fio)
 
 install_missing() {  # [extra packages...]
   local missing=()
@@ -98,8 +101,13 @@ case "$cmd" in
     fi
     "$bin" "${extra[@]}" "$@"
     ;;
+  bench-io)
+    install_missing "${bench_packages[@]}"
+    configure_build build-release -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_EXAMPLES=OFF
+    ./build-release/bench/ordo_io_bench "$@"
+    ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

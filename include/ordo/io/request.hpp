@@ -112,7 +112,11 @@ class BackendImpl {
  public:
   virtual ~BackendImpl() = default;
   /// Starts `r` (any thread, concurrently). Never fails synchronously: a
-  /// request that cannot start is finished with its -errno.
+  /// request that cannot start is finished with its -errno. The backend may
+  /// deliver `r` (and others that completed meanwhile) before submit returns,
+  /// on the calling thread inside a CompletionThread scope (io_uring does, for
+  /// requests the kernel completed during submission): callers hold no lock
+  /// that a delivery takes. The thread backend never does.
   virtual void submit(Request* r) noexcept = 0;
   /// Tries to cancel `r`, for which the caller took one extra reference
   /// (so r is still in flight or at least not delivered). The backend

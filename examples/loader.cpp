@@ -1,0 +1,333 @@
+// loader: a mixed disk + network data loader on ordo::io.
+//
+// Two sources feed one set of compute ops:
+//  - network: a loopback TCP server (a coroutine) streams fixed-size records;
+//    a client coroutine receives them with io.recv into a ring of buffers;
+//  - disk: one coroutine per shard file opens it with O_DIRECT (falling back
+//    to buffered I/O, with the reason printed, where the file system refuses
+//    it, e.g. tmpfs) and pushes one read op per chunk with io.push_read.
+// Every buffer is an engine variable. The I/O that fills a buffer mutates its
+// variable (writes(buf_var)); the compute op that checks it reads it
+// (reads(buf_var)). So the engine runs each check after its buffer is full,
+// and the next fill of the same buffer after the check; everything else
+// overlaps. No worker ever waits for the disk or the network.
+//
+// Every byte is produced by a deterministic generator and checked on
+// arrival: the program prints throughput and exits non-zero on a mismatch.
+//
+//   loader [--records N] [--record-kib K] [--shards S] [--shard-mib M] [--dir D]
+//   ORDO_IO_BACKEND=threads|uring loader      (IoOptions::from_env)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ordo/coro.hpp>
+#include <ordo/io.hpp>
+#include <ordo/ordo.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::size_t records = 256;                  // network records
+  std::size_t record_bytes = 64 * 1024;       // bytes per record
+  std::size_t shards = 4;                     // shard files
+  std::size_t shard_bytes = 8 * 1024 * 1024;  // bytes per shard
+  std::size_t chunk_bytes = 256 * 1024;       // bytes per disk read (a multiple of 4 KiB for O_DIRECT)
+  std::size_t slots = 4;                      // buffers per source: I/O and checks in flight
+  std::string dir;                            // where the shards go (default: $TMPDIR or /var/tmp)
+};
+
+// ---------------------------------------------------------------- content
+
+/// The 8 bytes at `offset` (a multiple of 8) of stream `stream` (a shard, or
+/// the network): the generator both the writers and the checks use.
+std::uint64_t content(std::uint64_t stream, std::uint64_t offset) {
+  std::uint64_t z = (stream + 1) * 0x9E3779B97F4A7C15ULL + offset / 8;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+void write_stream(std::uint64_t stream, std::uint64_t offset, std::span<std::byte> out) {
+  for (std::size_t i = 0; i < out.size(); i += 8) {
+    const std::uint64_t w = content(stream, offset + i);
+    std::memcpy(out.data() + i, &w, std::min<std::size_t>(8, out.size() - i));
+  }
+}
+
+/// Bytes of `data` that differ from the stream.
+std::size_t mismatches(std::uint64_t stream, std::uint64_t offset, std::span<const std::byte> data) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < data.size(); i += 8) {
+    const std::uint64_t w = content(stream, offset + i);
+    const std::size_t n = std::min<std::size_t>(8, data.size() - i);
+    for (std::size_t b = 0; b < n; ++b) bad += data[i + b] != reinterpret_cast<const std::byte*>(&w)[b];
+  }
+  return bad;
+}
+
+constexpr std::uint64_t kNetStream = 1000;  // the shards are streams 0..shards-1
+
+// ---------------------------------------------------------------- buffers
+
+/// A 4 KiB-aligned buffer (as O_DIRECT requires) and the engine variable
+/// that orders its users.
+struct Slot {
+  std::unique_ptr<std::byte, decltype(&std::free)> mem{nullptr, &std::free};
+  std::span<std::byte> buf;
+  ordo::Var var;
+
+  Slot(ordo::Engine& engine, std::size_t bytes) {
+    mem.reset(static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
+    if (!mem) throw std::bad_alloc();
+    buf = {mem.get(), bytes};
+    var = engine.new_variable();
+  }
+};
+
+/// What the checks of one source found. Each check mutates `var`, so the
+/// counters need no lock (checks of one source run one at a time).
+struct Tally {
+  ordo::Var var;
+  std::uint64_t bytes = 0;
+  std::uint64_t bad = 0;
+  Clock::time_point last{};
+};
+
+/// Pushes the compute op that consumes one buffer: reads(slot.var) so it runs
+/// after the I/O that filled it, writes(tally.var) to count.
+void push_check(ordo::Engine& engine, Slot& slot, std::size_t bytes, std::uint64_t stream, std::uint64_t offset,
+                Tally& tally) {
+  engine.push_sync(
+      [&slot, &tally, bytes, stream, offset] {
+        tally.bad += mismatches(stream, offset, slot.buf.first(bytes));
+        tally.bytes += bytes;
+        tally.last = Clock::now();
+      },
+      ordo::Context::cpu(), {slot.var}, {tally.var}, {.name = "check"});
+}
+
+// ---------------------------------------------------------------- network
+
+/// The server: accepts one client and streams it `records` records.
+ordo::Task<void> serve(ordo::io::Reactor& io, int listen_fd, const Config& cfg) {
+  const int conn = co_await io.accept(listen_fd);
+  std::vector<std::byte> record(cfg.record_bytes);
+  for (std::size_t r = 0; r < cfg.records; ++r) {
+    write_stream(kNetStream, r * cfg.record_bytes, record);
+    co_await io.send(conn, record).exact();  // the whole record, however many sends it takes
+  }
+  co_await io.close(conn);
+}
+
+/// The client: receives every record into the ring of slots, each under a
+/// write lease on its slot's variable, and pushes a check behind it.
+ordo::Task<void> receive(ordo::Engine& engine, ordo::io::Reactor& io, std::uint16_t port, const Config& cfg,
+                         std::vector<Slot>& slots, Tally& tally) {
+  const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) throw std::system_error(errno, std::generic_category(), "socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  co_await io.connect(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  for (std::size_t r = 0; r < cfg.records; ++r) {
+    Slot& slot = slots[r % slots.size()];
+    {
+      // Waits (without blocking a thread) until the previous check of this
+      // slot is done, then holds the slot while the record arrives.
+      ordo::Lease lease = co_await engine.push(ordo::reads(), ordo::writes(slot.var));
+      co_await io.recv(sock, slot.buf).exact();
+    }  // lease released: the check pushed next may run
+    push_check(engine, slot, cfg.record_bytes, kNetStream, r * cfg.record_bytes, tally);
+  }
+  std::byte extra[1];
+  if (co_await io.recv(sock, extra) != 0) throw std::runtime_error("the server sent more than expected");
+  co_await io.close(sock);
+}
+
+// ---------------------------------------------------------------- disk
+
+/// Opens `path` with O_DIRECT, or buffered where the file system refuses
+/// O_DIRECT (EINVAL, e.g. tmpfs); says which.
+ordo::Task<int> open_direct(ordo::io::Reactor& io, const std::string& path, bool& direct) {
+  try {
+    const int fd = co_await io.open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    direct = true;
+    co_return fd;
+  } catch (const ordo::io::IoError& e) {
+    if (e.code() != std::errc::invalid_argument) throw;
+    std::printf("  %s: O_DIRECT refused (%s): reading it buffered\n", path.c_str(), e.code().message().c_str());
+  }
+  direct = false;
+  co_return co_await io.open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/// One shard: pushes a read op per chunk (io.push_read mutates the slot's
+/// variable) and a check behind each, all up front; the engine keeps
+/// `slots` reads in flight and overlaps them with the checks.
+ordo::Task<void> read_shard(ordo::Engine& engine, ordo::io::Reactor& io, const std::string& path, std::uint64_t shard,
+                            const Config& cfg, std::vector<Slot>& slots, Tally& tally, std::atomic<int>& direct_count) {
+  bool direct = false;
+  const int fd = co_await open_direct(io, path, direct);
+  if (direct) direct_count.fetch_add(1);
+  const std::size_t chunks = cfg.shard_bytes / cfg.chunk_bytes;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    Slot& slot = slots[c % slots.size()];
+    io.push_read(slot.var, fd, slot.buf, c * cfg.chunk_bytes);
+    push_check(engine, slot, cfg.chunk_bytes, shard, c * cfg.chunk_bytes, tally);
+  }
+  co_await engine.wait_for(tally.var);  // every check of this source pushed so far is done
+  co_await io.close(fd);
+}
+
+/// Test data: the shard files, written once with plain syscalls.
+std::vector<std::string> make_shards(const Config& cfg) {
+  std::vector<std::string> paths;
+  std::vector<std::byte> block(cfg.chunk_bytes);
+  for (std::size_t s = 0; s < cfg.shards; ++s) {
+    paths.push_back(cfg.dir + "/ordo_loader_" + std::to_string(::getpid()) + "_" + std::to_string(s) + ".bin");
+    const int fd = ::open(paths.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "create " + paths.back());
+    for (std::size_t off = 0; off < cfg.shard_bytes; off += block.size()) {
+      write_stream(s, off, block);
+      if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(block.size())) {
+        ::close(fd);
+        throw std::system_error(errno, std::generic_category(), "write " + paths.back());
+      }
+    }
+    ::close(fd);
+  }
+  return paths;
+}
+
+/// A listening loopback socket on an ephemeral port.
+int listen_loopback(std::uint16_t& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(fd, 8) < 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    throw std::system_error(errno, std::generic_category(), "listen on loopback");
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+Config parse(int argc, char** argv) {
+  Config cfg;
+  if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') cfg.dir = t;
+  if (cfg.dir.empty()) cfg.dir = "/var/tmp";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(a + ": unknown option or missing value");
+    const std::string v = argv[++i];
+    if (a == "--records") cfg.records = std::stoul(v);
+    else if (a == "--record-kib") cfg.record_bytes = std::stoul(v) * 1024;
+    else if (a == "--shards") cfg.shards = std::stoul(v);
+    else if (a == "--shard-mib") cfg.shard_bytes = std::stoul(v) * 1024 * 1024;
+    else if (a == "--dir") cfg.dir = v;
+    else throw std::invalid_argument("unknown option " + a);
+  }
+  if (cfg.record_bytes == 0 || cfg.shard_bytes < cfg.chunk_bytes) throw std::invalid_argument("sizes too small");
+  if (cfg.slots == 0) throw std::invalid_argument("no buffers");
+  cfg.shard_bytes -= cfg.shard_bytes % cfg.chunk_bytes;  // whole chunks: aligned O_DIRECT reads
+  return cfg;
+}
+
+double mib_per_s(std::uint64_t bytes, Clock::duration d) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0) / std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Config cfg = parse(argc, argv);
+  const std::vector<std::string> shard_paths = make_shards(cfg);
+  struct Cleanup {
+    const std::vector<std::string>& paths;
+    ~Cleanup() {
+      for (const auto& p : paths) std::filesystem::remove(p);
+    }
+  } cleanup{shard_paths};
+
+  ordo::Engine engine;
+  ordo::io::Reactor io(engine, ordo::io::IoOptions::from_env());
+  std::printf("loader: backend %s; %zu records x %zu KiB over loopback TCP, %zu shards x %zu MiB in %s\n",
+              io.backend_reason().c_str(), cfg.records, cfg.record_bytes / 1024, cfg.shards,
+              cfg.shard_bytes / (1024 * 1024), cfg.dir.c_str());
+
+  std::vector<Slot> net_slots;
+  for (std::size_t i = 0; i < cfg.slots; ++i) net_slots.emplace_back(engine, cfg.record_bytes);
+  std::vector<std::vector<Slot>> disk_slots(cfg.shards);
+  for (auto& ring : disk_slots) {
+    for (std::size_t i = 0; i < cfg.slots; ++i) ring.emplace_back(engine, cfg.chunk_bytes);
+  }
+  Tally net{engine.new_variable()};
+  std::vector<Tally> disk;
+  for (std::size_t s = 0; s < cfg.shards; ++s) disk.push_back(Tally{engine.new_variable()});
+
+  std::uint16_t port = 0;
+  const int listen_fd = listen_loopback(port);
+  std::atomic<int> direct_count{0};
+  const auto start = Clock::now();
+  {
+    ordo::AsyncScope scope;  // joined below, before the reactor and the engine go
+    scope.spawn(serve(io, listen_fd, cfg));
+    scope.spawn(receive(engine, io, port, cfg, net_slots, net));
+    for (std::size_t s = 0; s < cfg.shards; ++s) {
+      scope.spawn(read_shard(engine, io, shard_paths[s], s, cfg, disk_slots[s], disk[s], direct_count));
+    }
+    scope.sync_join();  // rethrows the first failure of any coroutine
+  }
+  engine.wait_for_all();  // the last network checks (and rethrows a failed op)
+  const auto end = Clock::now();
+  ::close(listen_fd);
+
+  std::uint64_t disk_bytes = 0, bad = net.bad;
+  Clock::time_point disk_end = start;
+  for (const Tally& t : disk) {
+    disk_bytes += t.bytes;
+    bad += t.bad;
+    disk_end = std::max(disk_end, t.last);
+  }
+  const std::uint64_t want_disk = static_cast<std::uint64_t>(cfg.shards) * cfg.shard_bytes;
+  const std::uint64_t want_net = static_cast<std::uint64_t>(cfg.records) * cfg.record_bytes;
+  std::printf("  disk: %llu bytes, %d of %zu shards O_DIRECT, %.0f MiB/s\n", static_cast<unsigned long long>(disk_bytes),
+              direct_count.load(), cfg.shards, mib_per_s(disk_bytes, disk_end - start));
+  std::printf("  net:  %llu bytes, %.0f MiB/s\n", static_cast<unsigned long long>(net.bytes),
+              mib_per_s(net.bytes, net.last - start));
+  std::printf("  both: %.0f MiB/s in %.1f ms; %llu mismatched bytes\n", mib_per_s(disk_bytes + net.bytes, end - start),
+              std::chrono::duration<double, std::milli>(end - start).count(), static_cast<unsigned long long>(bad));
+  if (bad != 0 || disk_bytes != want_disk || net.bytes != want_net) {
+    std::fprintf(stderr, "loader: FAILED (expected %llu disk and %llu network bytes, all matching)\n",
+                 static_cast<unsigned long long>(want_disk), static_cast<unsigned long long>(want_net));
+    return 1;
+  }
+  std::printf("loader: every byte checked, OK\n");
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "loader: %s\n", e.what());
+  return 1;
+}
