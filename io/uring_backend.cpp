@@ -137,6 +137,12 @@ class UringBackend final : public BackendImpl {
     if (!ring_ready_ || shut_down_) return;
     shut_down_ = true;
     stopping_.store(true, std::memory_order_seq_cst);
+    // Submits already under way may still reap inline; later ones see
+    // stopping_ and leave every CQE to the reaper. Only once the former are
+    // done does the cancel-all go in, so its CQE, the one the reaper needs
+    // to see before it can exit, cannot be taken by anyone else: a reaper
+    // asleep in the kernel is woken by it.
+    while (callers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     push_cancel(&cancel_all_, nullptr);
     flush();
     reaper_.join();
@@ -451,7 +457,8 @@ class UringBackend final : public BackendImpl {
     // The flag first: io_uring_cq_ready reads the CQ head, which only its
     // holder may (the reaper advances it).
     if (reaping_.exchange(true, std::memory_order_acquire)) return;
-    if (io_uring_cq_ready(&ring_) != 0) {
+    // Shutting down: every CQE goes to the reaper (see shutdown()).
+    if (!stopping_.load(std::memory_order_seq_cst) && io_uring_cq_ready(&ring_) != 0) {
       const ordo::CompletionThread scope;
       reap_ready();
     }
