@@ -21,6 +21,7 @@
 #include "ordo/context.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "ordo/error.hpp"
+#include "ordo/fence.hpp"
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
 #include "ordo/var.hpp"
@@ -205,6 +206,14 @@ class Engine {
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
+
+  /// Advanced (ordo/fence.hpp): installs `gate` (null removes it). The gpu
+  /// layer does this; install before pushing ops that set fences, remove
+  /// only once no op can be dispatched with a fenced variable.
+  void set_fence_gate(FenceGate* gate) noexcept;
+  /// Advanced (ordo/fence.hpp): the fence slot of `var` (stable for the
+  /// variable's life). Throws like a push for an empty, foreign or deleted var.
+  [[nodiscard]] FenceSlot& fence_slot(Var var) const;
 
   /// True while the calling thread runs an op body (of any engine).
   [[nodiscard]] static bool inside_op() noexcept;
