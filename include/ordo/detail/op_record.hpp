@@ -61,15 +61,15 @@ struct OpRecord {
   OpKind kind = OpKind::fn;
   FnProperty prop = FnProperty::normal;
   bool always_run = false;
+  /// Not held by a FenceGate (ordo/fence.hpp): pushed with
+  /// OpAttrs::stream_ordered, or already held and released. Written by submit
+  /// and by HeldOp::release before the dispatch that reads it.
+  bool stream_ordered = false;  // next to always_run: submit copies both in one store
   /// Async body started and not yet completed: not counted by backpressure
   /// (it waits on something outside the engine). Written by the executing
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
-  /// Not held by a FenceGate (ordo/fence.hpp): pushed with
-  /// OpAttrs::stream_ordered, or already held and released. Written by submit
-  /// and by HeldOp::release before the dispatch that reads it.
-  bool stream_ordered = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
