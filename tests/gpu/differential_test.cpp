@@ -80,14 +80,21 @@ std::vector<Row> serial(const std::vector<OpSpec>& ops) {
   return rows;
 }
 
-/// Runs the trace; returns the rows as a final CPU op saw them.
-std::vector<Row> run(EngineKind kind, const std::vector<OpSpec>& ops, std::uint64_t seed, gpu::RuntimeOptions ro,
-                     long max_delay_us) {
-  SimRig rig(kind, {.devices = 2, .max_delay = std::chrono::microseconds(max_delay_us), .seed = seed}, ro);
+
+/// Runs the trace; returns the rows as a final CPU op saw them. The rows are
+/// pinned host memory, touched by CPU ops and by GPU ops' host tasks
+/// (cudaLaunchHostFunc on CUDA): the streams and events order them.
+std::vector<Row> run_trace(EngineKind kind, const std::vector<OpSpec>& ops, std::unique_ptr<gpu::Backend> backend,
+                           gpu::RuntimeOptions ro) {
+  struct Rig {
+    Rig(EngineKind k, std::unique_ptr<gpu::Backend> b, gpu::RuntimeOptions o)
+        : engine(engine_options(k)), rt(engine, std::move(b), o) {}
+    Engine engine;
+    gpu::Runtime rt;
+  } rig(kind, std::move(backend), ro);
   std::vector<Var> vars;
   for (int v = 0; v < kVars; ++v) vars.push_back(rig.engine.new_variable());
-  // The rows live in "device" memory (host-visible in the simulation).
-  gpu::Buffer mem = rig.rt.alloc_device(0, sizeof(Row) * kVars);
+  gpu::Buffer mem = rig.rt.alloc_host(sizeof(Row) * kVars);
   Row* rows = mem.as<Row>();
   for (int v = 0; v < kVars; ++v) rows[v].fill(static_cast<std::uint64_t>(v + 1));
   for (const auto& op : ops) {
@@ -114,6 +121,14 @@ std::vector<Row> run(EngineKind kind, const std::vector<OpSpec>& ops, std::uint6
   return out;
 }
 
+
+std::vector<Row> run(EngineKind kind, const std::vector<OpSpec>& ops, std::uint64_t seed, gpu::RuntimeOptions ro,
+                     long max_delay_us) {
+  return run_trace(kind, ops,
+                   gpu::make_sim_backend({.devices = 2, .max_delay = std::chrono::microseconds(max_delay_us), .seed = seed}),
+                   ro);
+}
+
 class GpuDifferential : public ::testing::TestWithParam<EngineKind> {};
 
 TEST_P(GpuDifferential, RandomTracesMatchTheSerialRun) {
@@ -133,6 +148,25 @@ TEST_P(GpuDifferential, RandomTracesMatchTheSerialRun) {
 INSTANTIATE_TEST_SUITE_P(Engines, GpuDifferential,
                          ::testing::Values(EngineKind::naive, EngineKind::pooled, EngineKind::per_device),
                          [](const auto& p) { return std::string(kind_name(p.param)); });
+
+// The same traces on a real GPU through the CUDA backend (host tasks run by
+// cudaLaunchHostFunc, ordered by real streams and events). Skipped without one.
+TEST(GpuDifferentialCuda, RandomTracesMatchTheSerialRun) {
+  const gpu::Probe p = gpu::probe_cuda();
+  if (!p.available()) GTEST_SKIP() << "no CUDA device: " << p.reason;
+  const std::uint64_t base = seed_from_env(20240611);
+  for (EngineKind kind : {EngineKind::naive, EngineKind::pooled, EngineKind::per_device}) {
+    for (std::uint64_t round = 0; round < 2; ++round) {
+      const std::uint64_t seed = base + round;
+      std::printf("[gpu differential, cuda] engine=%s seed=%" PRIu64 "\n", kind_name(kind), seed);
+      const auto ops = make_trace(seed, 300);
+      gpu::RuntimeOptions ro;
+      ro.devices = 2;  // two logical devices even on one GPU
+      ro.watch = round % 2 == 0 ? gpu::WatchMode::poll : gpu::WatchMode::blocking_sync;
+      ASSERT_EQ(run_trace(kind, ops, gpu::make_cuda_backend(), ro), serial(ops)) << "seed " << seed;
+    }
+  }
+}
 
 // Negative control: the same kind of trace, with the runtime told to skip its
 // cross-stream waits, must go wrong - otherwise the differential above could
