@@ -33,6 +33,16 @@ void Engine::delete_variable(Var var) {
 }
 
 void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn);
+}
+
+void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
+                                   const OpAttrs& attrs) {
+  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn_stream_ordered);
+}
+
+inline void Engine::submit_as(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                              detail::OpKind kind) {
   if (attrs.prop == FnProperty::delete_var) {
     throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
   }
@@ -47,7 +57,7 @@ void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan 
   }
   const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
   detail::OpRecord* op = guard.get();
-  op->kind = detail::OpKind::fn;
+  op->kind = kind;
   core_->submit(op, ctx, specs, n, attrs);
   guard.release();
 }

@@ -307,7 +307,6 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   op->priority = attrs.priority;
   op->name = attrs.name;
   op->always_run = attrs.always_run;
-  op->stream_ordered = attrs.stream_ordered;
   op->n_access = static_cast<std::uint16_t>(n);
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
@@ -483,7 +482,7 @@ void EngineCore::run_later(OpRecord* op) {
 
 bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
   // Cold: only with a gate installed (ordo/fence.hpp). Posts have no variables.
-  if (op->stream_ordered || op->kind == OpKind::posted) return false;
+  if (op->kind == OpKind::fn_stream_ordered || op->kind == OpKind::posted) return false;
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
     if (op->access[i].var()->fence.load(std::memory_order_relaxed) != nullptr) {
       return gate->hold(detail_fence_access::make(op));
@@ -493,19 +492,22 @@ bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
 }
 
 void EngineCore::release_held(OpRecord* op, std::exception_ptr error) {
-  op->stream_ordered = true;  // checked once: its fences were waited for
   if (error) {
     ErrorRecord* e = make_error(std::move(error), op->name);
     inherit(op, e);
     release(e);
   }
-  dispatch(op, /*from_push=*/false);
+  dispatch_ready(op, /*from_push=*/false);  // its fences were waited for: not held again
 }
 
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
   if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
     if (fence_hold(gate, op)) return;
   }
+  dispatch_ready(op, from_push);
+}
+
+void EngineCore::dispatch_ready(OpRecord* op, bool from_push) {
   ThreadState& ts = t_state;
   // Inline work made ready by a push runs at once, like a call (MXNet runs
   // async ops in the pushing thread); made ready by a completion, it is

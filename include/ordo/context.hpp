@@ -43,10 +43,6 @@ struct OpAttrs {
   int priority = 0;             ///< honoured by the CPU-priority pool; FIFO elsewhere
   const char* name = nullptr;   ///< must outlive the op (a string literal is ideal)
   bool always_run = false;      ///< run even if an input carries an error (and, on success, clear it)
-  /// The op orders itself after its variables' pending fences (see
-  /// ordo/fence.hpp; set by the gpu layer on its stream ops): never held by a
-  /// FenceGate. Leave false in ordinary ops.
-  bool stream_ordered = false;
 };
 
 }  // namespace ordo

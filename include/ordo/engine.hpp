@@ -131,6 +131,19 @@ class Engine {
     submit(guard, ctx, reads, writes, attrs);
   }
 
+  /// Advanced (ordo/fence.hpp): push_async for a layer whose op orders
+  /// itself after its variables' fences (the gpu layer's stream ops): the
+  /// installed FenceGate never holds it.
+  template <class F>
+  void push_stream_ordered(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    static_assert(detail::is_async_fn_v<std::decay_t<F>>,
+                  "push_stream_ordered needs a body callable as void(RunContext, OnComplete)");
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    submit_stream_ordered(guard, ctx, reads, writes, attrs);
+  }
+
   /// Prepares an operator (sync or async body, told apart by its signature).
   /// The lists are normalised once; each push then only appends to the queues.
   /// The body may run concurrently with itself if pushes do not conflict.
@@ -226,6 +239,9 @@ class Engine {
 
  private:
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_as(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                 detail::OpKind kind);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();

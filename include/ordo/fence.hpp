@@ -18,7 +18,8 @@
 // flight (wait_for_all waits for them). wait_for_var waits are held the same
 // way, so "finished" is what every CPU consumer observes.
 //
-// Without a gate the engine pays one relaxed load and a branch per dispatch.
+// Without a gate the engine pays one relaxed load and a branch per dispatch
+// (+7 instructions per op on the naive engine's W2/W4 under callgrind, ~1%).
 #pragma once
 
 #include <atomic>

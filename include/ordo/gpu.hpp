@@ -199,8 +199,7 @@ class Runtime {
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
     detail::PlanPtr plan = make_plan(ctx, reads, writes, attrs);
-    attrs.stream_ordered = true;
-    engine_.push_async(Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes, attrs);
+    engine_.push_stream_ordered(Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes, attrs);
   }
 
   /// A stream of `ctx`'s logical device, for code outside GPU ops (a

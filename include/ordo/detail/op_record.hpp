@@ -21,6 +21,8 @@ struct OpRecord;
 enum class OpKind : std::uint8_t {
   fn,        ///< body in OpRecord::fn (sync or async)
   oper,      ///< body in the pre-built operator OpRecord::oper
+  fn_stream_ordered,  ///< body in OpRecord::fn, pushed by Engine::push_stream_ordered:
+                      ///< never held by a FenceGate (ordo/fence.hpp)
   // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
   posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the
@@ -61,10 +63,6 @@ struct OpRecord {
   OpKind kind = OpKind::fn;
   FnProperty prop = FnProperty::normal;
   bool always_run = false;
-  /// Not held by a FenceGate (ordo/fence.hpp): pushed with
-  /// OpAttrs::stream_ordered, or already held and released. Written by submit
-  /// and by HeldOp::release before the dispatch that reads it.
-  bool stream_ordered = false;  // next to always_run: submit copies both in one store
   /// Async body started and not yet completed: not counted by backpressure
   /// (it waits on something outside the engine). Written by the executing
   /// thread before the body runs, read by the completing one (ordered by the
