@@ -269,10 +269,12 @@ struct Runtime::Impl final : FenceGate {
       std::lock_guard lock(watch_mutex);
       incoming.push_back(std::move(p));
       ++pending;
+      // Under the lock: once it is released the item may be finished and the
+      // Runtime destroyed by the thread that waited for it.
+      watch_cv.notify_one();
     } catch (...) {
       std::terminate();  // losing a held op would hang the engine; out of memory here is fatal
     }
-    watch_cv.notify_one();
   }
 
   void finish(Pending& p) noexcept {

@@ -119,11 +119,9 @@ class SimStream {
         case Item::record: {
           delay();
           SimEvent& e = *item.event;
-          {
-            std::lock_guard lock(e.mutex);
-            e.complete(item.serial, error_);
-          }
-          e.cv.notify_all();
+          std::lock_guard lock(e.mutex);
+          e.complete(item.serial, error_);
+          e.cv.notify_all();  // under the lock: the event may be destroyed as soon as it is released
           break;
         }
         case Item::wait: {

@@ -32,17 +32,9 @@ void Engine::delete_variable(Var var) {
   delete_variable([] {}, Context::cpu(), var);
 }
 
-void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
-  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn);
-}
-
-void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
-                                   const OpAttrs& attrs) {
-  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn_stream_ordered);
-}
-
-inline void Engine::submit_as(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                              detail::OpKind kind) {
+// The body of submit and submit_stream_ordered (inlined: the kind is a constant store).
+[[gnu::always_inline]] inline void Engine::submit_as(detail::OpGuard& guard, Context ctx, VarSpan reads,
+                                                    VarSpan writes, const OpAttrs& attrs, detail::OpKind kind) {
   if (attrs.prop == FnProperty::delete_var) {
     throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
   }
@@ -60,6 +52,15 @@ inline void Engine::submit_as(detail::OpGuard& guard, Context ctx, VarSpan reads
   op->kind = kind;
   core_->submit(op, ctx, specs, n, attrs);
   guard.release();
+}
+
+void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn);
+}
+
+void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
+                                   const OpAttrs& attrs) {
+  submit_as(guard, ctx, reads, writes, attrs, detail::OpKind::fn_stream_ordered);
 }
 
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {

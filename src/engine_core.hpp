@@ -75,8 +75,6 @@ class EngineCore {
 
   // Running and completing.
   void dispatch(OpRecord* op, bool from_push);
-  /// dispatch() without the fence gate's look (ops the gate released).
-  void dispatch_ready(OpRecord* op, bool from_push);
   /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.

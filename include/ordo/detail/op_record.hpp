@@ -68,6 +68,9 @@ struct OpRecord {
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
+  /// Released by a FenceGate (ordo/fence.hpp): set by HeldOp::release just
+  /// before its dispatch, which clears it. Only touched with a gate installed.
+  bool fence_released = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
