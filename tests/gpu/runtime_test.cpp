@@ -23,19 +23,20 @@ class GpuRuntime : public ::testing::TestWithParam<EngineKind> {};
 TEST_P(GpuRuntime, ChainAcrossStreamsAndDevicesOrdersOnTheDevice) {
   SimRig rig(GetParam(), {.devices = 2, .max_delay = std::chrono::microseconds(300), .seed = 11});
   Var x = rig.engine.new_variable();
-  gpu::Buffer buf = rig.rt.alloc_host(sizeof(std::int64_t));
-  auto* v = buf.as<std::int64_t>();
+  gpu::Buffer buf = rig.rt.alloc_host(sizeof(std::uint64_t));
+  auto* v = buf.as<std::uint64_t>();  // unsigned: the chain wraps around
   *v = 1;
-  std::int64_t expect = 1;
+  std::uint64_t expect = 1;
   const FnProperty props[] = {FnProperty::normal, FnProperty::copy_to_device, FnProperty::normal,
                               FnProperty::copy_from_device};
   for (int i = 0; i < 60; ++i) {
     const FnProperty prop = props[i % 4];
-    rig.rt.push([v, i](const Stream& s) { s.host_task([v, i] { *v = *v * 3 + i; }); },
-                Context::gpu(i % 2), {}, {x}, {.prop = prop});
-    expect = expect * 3 + i;
+    const auto k = static_cast<std::uint64_t>(i);
+    rig.rt.push([v, k](const Stream& s) { s.host_task([v, k] { *v = *v * 3 + k; }); }, Context::gpu(i % 2), {}, {x},
+                {.prop = prop});
+    expect = expect * 3 + k;
   }
-  std::int64_t seen = 0;
+  std::uint64_t seen = 0;
   rig.engine.push_sync([&] { seen = *v; }, Context::cpu(), {x}, {});
   rig.engine.wait_for_all();
   EXPECT_EQ(seen, expect);
