@@ -480,7 +480,35 @@ void EngineCore::run_later(OpRecord* op) {
   ts.inline_tail = op;
 }
 
+bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
+  // Cold: only with a gate installed (ordo/fence.hpp). Posts have no variables.
+  if (op->kind == OpKind::fn_stream_ordered || op->kind == OpKind::posted) return false;
+  if (op->fence_released) {
+    op->fence_released = false;  // released by the gate: its fences were waited for
+    return false;
+  }
+  for (std::uint16_t i = 0; i < op->n_access; ++i) {
+    if (op->access[i].var()->fence.load(std::memory_order_relaxed) != nullptr) {
+      return gate->hold(detail_fence_access::make(op));
+    }
+  }
+  return false;
+}
+
+void EngineCore::release_held(OpRecord* op, std::exception_ptr error) {
+  if (error) {
+    ErrorRecord* e = make_error(std::move(error), op->name);
+    inherit(op, e);
+    release(e);
+  }
+  op->fence_released = true;  // consumed by fence_hold in this dispatch (the gate is installed)
+  dispatch(op, /*from_push=*/false);
+}
+
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
+  if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
+    if (fence_hold(gate, op)) return;
+  }
   ThreadState& ts = t_state;
   // Inline work made ready by a push runs at once, like a call (MXNet runs
   // async ops in the pushing thread); made ready by a completion, it is
@@ -547,6 +575,10 @@ void EngineCore::execute(OpRecord* op) {
         waiter->error = v->error;  // the variable's reference moves to the waiter: cleared
         v->error = nullptr;
       }
+    }
+    if (waiter->error == nullptr) {
+      // A fence that failed (HeldOp::release with an error): the op's own reference.
+      waiter->error = op->error.exchange(nullptr, std::memory_order_acq_rel);
     }
     complete(op, nullptr);
     waiter->signal();

@@ -75,6 +75,10 @@ class EngineCore {
 
   // Running and completing.
   void dispatch(OpRecord* op, bool from_push);
+  /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
+  void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
+  /// HeldOp::release: dispatches a held op, failed with `error` if given.
+  void release_held(OpRecord* op, std::exception_ptr error);
   void execute(OpRecord* op);
   void complete(OpRecord* op, ErrorRecord* own_error) noexcept;
   ErrorRecord* make_error(std::exception_ptr e, const char* op_name);
@@ -122,8 +126,13 @@ class EngineCore {
   bool all_idle() const noexcept;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
+  bool fence_hold(FenceGate* gate, OpRecord* op);
 
   Options opts_;
+  /// The installed FenceGate or null. Written by set_fence_gate; read relaxed
+  /// at every dispatch: a gate's fences are only set by ops pushed after it
+  /// was installed, and those happen-before the dispatches that must see them.
+  std::atomic<FenceGate*> gate_{nullptr};
   std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
 
   // Pools (immutable after construction, except lazily created device pools).

@@ -9,6 +9,7 @@
 
 #include "ordo/context.hpp"
 #include "ordo/detail/op_record.hpp"
+#include "ordo/fence.hpp"
 #include "ordo/var.hpp"
 #include "spin_lock.hpp"
 
@@ -61,6 +62,9 @@ struct VarRecord {
   AccessNode* tail = nullptr;    ///< last waiting access
   std::uint64_t version = 0;     ///< completed writes, failed and skipped ones included
   ErrorRecord* error = nullptr;  ///< error of the last write (owned ref), may be dead (epoch)
+  /// Not guarded by `lock`: owned by the engine's FenceGate, if any (see
+  /// ordo/fence.hpp); the engine only tests it for null at dispatch.
+  FenceSlot fence{nullptr};
 
   // Immutable while the record is in use.
   class EngineCore* engine = nullptr;

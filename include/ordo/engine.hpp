@@ -21,6 +21,7 @@
 #include "ordo/context.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "ordo/error.hpp"
+#include "ordo/fence.hpp"
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
 #include "ordo/var.hpp"
@@ -130,6 +131,19 @@ class Engine {
     submit(guard, ctx, reads, writes, attrs);
   }
 
+  /// Advanced (ordo/fence.hpp): push_async for a layer whose op orders
+  /// itself after its variables' fences (the gpu layer's stream ops): the
+  /// installed FenceGate never holds it.
+  template <class F>
+  void push_stream_ordered(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    static_assert(detail::is_async_fn_v<std::decay_t<F>>,
+                  "push_stream_ordered needs a body callable as void(RunContext, OnComplete)");
+    detail::OpRecord* op = detail::op_alloc();
+    detail::OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    submit_stream_ordered(guard, ctx, reads, writes, attrs);
+  }
+
   /// Prepares an operator (sync or async body, told apart by its signature).
   /// The lists are normalised once; each push then only appends to the queues.
   /// The body may run concurrently with itself if pushes do not conflict.
@@ -206,6 +220,14 @@ class Engine {
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
 
+  /// Advanced (ordo/fence.hpp): installs `gate` (null removes it). The gpu
+  /// layer does this; install before pushing ops that set fences, remove
+  /// only once no op can be dispatched with a fenced variable.
+  void set_fence_gate(FenceGate* gate) noexcept;
+  /// Advanced (ordo/fence.hpp): the fence slot of `var` (stable for the
+  /// variable's life). Throws like a push for an empty, foreign or deleted var.
+  [[nodiscard]] FenceSlot& fence_slot(Var var) const;
+
   /// True while the calling thread runs an op body (of any engine).
   [[nodiscard]] static bool inside_op() noexcept;
 
@@ -217,6 +239,7 @@ class Engine {
 
  private:
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();

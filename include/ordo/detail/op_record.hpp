@@ -21,6 +21,8 @@ struct OpRecord;
 enum class OpKind : std::uint8_t {
   fn,        ///< body in OpRecord::fn (sync or async)
   oper,      ///< body in the pre-built operator OpRecord::oper
+  fn_stream_ordered,  ///< body in OpRecord::fn, pushed by Engine::push_stream_ordered:
+                      ///< never held by a FenceGate (ordo/fence.hpp)
   // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
   posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the
@@ -66,6 +68,9 @@ struct OpRecord {
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
+  /// Released by a FenceGate (ordo/fence.hpp): set by HeldOp::release just
+  /// before its dispatch, which clears it. Only touched with a gate installed.
+  bool fence_released = false;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};

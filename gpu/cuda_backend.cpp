@@ -1,0 +1,143 @@
+// gpu/cuda_backend.cpp - the Backend over the CUDA runtime (cudart). Built
+// only when the toolkit is found (ORDO_WITH_CUDA). Every call goes through
+// check(), which turns a cudaError_t into a GpuError carrying the error's
+// name and the call site.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "ordo/gpu/backend.hpp"
+
+namespace ordo::gpu {
+namespace {
+
+[[noreturn]] void fail(cudaError_t e, const char* call) {
+  throw GpuError(static_cast<int>(e), cudaGetErrorName(e), std::string(call) + ": " + cudaGetErrorString(e));
+}
+
+void check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) fail(e, call);
+}
+
+#define ORDO_CUDA_CHECK(expr) check((expr), #expr)
+
+/// Host function trampoline for cudaLaunchHostFunc. Runs on the driver's
+/// callback thread: user code only (no CUDA call may be made there, and no
+/// engine logic is); an exception cannot travel anywhere, so it is reported.
+void CUDART_CB run_host_fn(void* p) {
+  auto* fn = static_cast<HostFn*>(p);
+  try {
+    (*fn)();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread\n");
+  }
+  delete fn;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      reason_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+      (void)cudaGetLastError();  // clear it: this is a probe, not a failure
+      devices_ = 0;
+    } else if (n == 0) {
+      reason_ = "cudaErrorNoDevice: the CUDA driver reports no device";
+    } else {
+      devices_ = n;
+    }
+  }
+  const char* name() const noexcept override { return "cuda"; }
+  int device_count() const noexcept override { return devices_; }
+  std::string unavailable_reason() const override { return reason_; }
+
+  StreamHandle create_stream(int device) override {
+    ORDO_CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t s = nullptr;
+    ORDO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void destroy_stream(StreamHandle s) noexcept override {
+    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s));
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  }
+  EventHandle create_event(int device, bool blocking_sync) override {
+    ORDO_CUDA_CHECK(cudaSetDevice(device));
+    cudaEvent_t e = nullptr;
+    const unsigned flags = cudaEventDisableTiming | (blocking_sync ? cudaEventBlockingSync : 0U);
+    ORDO_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
+    return e;
+  }
+  void destroy_event(EventHandle e) noexcept override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+
+  void record(EventHandle event, StreamHandle stream) override {
+    ORDO_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+  }
+  void wait(StreamHandle stream, EventHandle event) override {
+    ORDO_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+  }
+  bool query(EventHandle event) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) return false;
+    fail(e, "cudaEventQuery");
+  }
+  void synchronize(EventHandle event) override {
+    ORDO_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+  void synchronize_stream(StreamHandle stream) override {
+    ORDO_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+
+  void host_task(StreamHandle stream, HostFn fn) override {
+    auto* p = new HostFn(std::move(fn));
+    const cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), &run_host_fn, p);
+    if (e != cudaSuccess) {
+      delete p;
+      fail(e, "cudaLaunchHostFunc");
+    }
+  }
+  void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) override {
+    ORDO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+  }
+
+  void* alloc_device(int device, std::size_t bytes) override {
+    ORDO_CUDA_CHECK(cudaSetDevice(device));
+    void* p = nullptr;
+    ORDO_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  void free_device(int device, void* p) noexcept override {
+    (void)cudaSetDevice(device);
+    (void)cudaFree(p);
+  }
+  void* alloc_pinned(std::size_t bytes) override {
+    void* p = nullptr;
+    ORDO_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+  void free_pinned(void* p) noexcept override { (void)cudaFreeHost(p); }
+
+ private:
+  int devices_ = 0;
+  std::string reason_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+bool cuda_compiled() noexcept { return true; }
+
+Probe probe_cuda() {
+  CudaBackend b;
+  return Probe{b.device_count(), b.unavailable_reason()};
+}
+
+}  // namespace ordo::gpu

@@ -1,0 +1,261 @@
+// ordo/gpu.hpp - GPU streams and events as engine completions (target ordo::gpu).
+//
+//   ordo::Engine engine;
+//   ordo::gpu::Runtime gpu(engine, ordo::gpu::make_cuda_backend());
+//   // a GPU op: the body enqueues work on the stream it is handed and returns.
+//   gpu.push([=](const ordo::gpu::Stream& s) {
+//     scale<<<blocks, threads, 0, s.native<cudaStream_t>()>>>(x, n);
+//   }, ordo::Context::gpu(0), {}, {x_var});
+//   engine.push_sync([&] { use(host_copy_of_x); }, ordo::Context::cpu(), {x_var}, {});  // after it *finished*
+//   engine.wait_for_var(x_var);                                                        // likewise
+//
+// WHEN IS A GPU OP DONE. For the engine, a GPU op completes as soon as its
+// body has enqueued its work: an event is then recorded on its stream and
+// kept, as a fence, on the variables it read and wrote (ordo/fence.hpp).
+//  - A later GPU op (pushed with Runtime::push) on another stream makes its
+//    stream wait for those fences (cudaStreamWaitEvent, no host round trip);
+//    on the same stream nothing is needed (stream order).
+//  - Anything else - a CPU op, wait_for_var, a coroutine's co_await of a
+//    push, delete_variable - is held by the engine until the fences of its
+//    variables (a reader: the last writer's; a writer: also the readers')
+//    have completed, observed by one watcher thread that then dispatches it
+//    to a worker. No worker ever waits for the GPU.
+//
+// ROUTING. Context::gpu(d) with FnProperty::normal runs on device d's compute
+// streams (one per GPU compute worker of the per_device engine), with
+// copy_to_device on its host-to-device stream, copy_from_device on its
+// device-to-host stream. Logical devices beyond the physical ones map round
+// robin (two stream sets on one GPU act as two devices).
+//
+// ERRORS. An exception from a body (a GpuError from a failed CUDA call, say)
+// fails the op as usual. Work that fails later on the device fails its
+// stream (sticky, as in CUDA); the failure travels along stream waits and
+// reaches the first CPU consumer as an op error (the GpuError, carrying the
+// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure).
+//
+// COROUTINES. A coroutine holding a lease (co_await ordo::push(...)) may
+// enqueue work on a stream and `co_await ordo::gpu::on(stream)`: it suspends
+// without holding a worker and resumes on an engine worker once the work has
+// finished (rethrowing a device failure).
+//
+// @par Thread safety
+// Every member of Runtime may be called from any thread. Destroy the Runtime
+// only after the engine has finished every op that uses it (wait_for_all);
+// destroy it before the engine.
+#pragma once
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/engine.hpp"
+#include "ordo/gpu/backend.hpp"
+
+namespace ordo::gpu {
+
+/// How the watcher thread observes event completion. Neither has been
+/// measured on a GPU yet (see docs/gpu.md).
+enum class WatchMode {
+  poll,           ///< default: cudaEventQuery over every pending event, backing off to sleeps of up to 50 us
+  blocking_sync,  ///< events created with cudaEventBlockingSync; the watcher blocks on the oldest pending one
+};
+
+struct RuntimeOptions {
+  /// Logical devices (Context::gpu(0 .. devices-1)); 0: one per physical
+  /// device. More than the physical ones map round robin onto them.
+  int devices = 0;
+  /// Compute streams per logical device; 0: the engine's gpu_compute_workers
+  /// (one stream per GPU compute worker). At most 16.
+  unsigned compute_streams = 0;
+  WatchMode watch = WatchMode::poll;
+  /// Where coroutines awaiting ordo::gpu::on resume.
+  Context resume_ctx = Context::cpu();
+  /// Testing only: GPU ops skip their cross-stream waits, so that a test can
+  /// prove it would catch a missing cudaStreamWaitEvent. Never in real code.
+  bool unsafe_skip_stream_waits = false;
+};
+
+/// Counters, for tests and tuning (monotonic, relaxed).
+struct RuntimeStats {
+  std::uint64_t gpu_ops = 0;         ///< bodies run by Runtime::push
+  std::uint64_t stream_waits = 0;    ///< cross-stream waits enqueued
+  std::uint64_t events_created = 0;  ///< backend events ever created (the pool reuses them)
+  std::uint64_t held_ops = 0;        ///< engine ops held until fences completed
+};
+
+class Runtime;
+class Buffer;
+namespace detail {
+struct StreamState;
+struct Event;
+struct OpPlan;
+struct PlanDeleter {
+  void operator()(OpPlan* p) const noexcept;
+};
+using PlanPtr = std::unique_ptr<OpPlan, PlanDeleter>;
+}  // namespace detail
+
+/// A stream of a logical device, handed to GPU op bodies. Cheap handle.
+class Stream {
+ public:
+  Stream() noexcept = default;
+  /// The backend's stream (cudaStream_t for the CUDA backend).
+  [[nodiscard]] void* handle() const noexcept;
+  template <class T>
+  [[nodiscard]] T native() const noexcept {
+    return reinterpret_cast<T>(handle());
+  }
+  [[nodiscard]] int device() const noexcept;           ///< logical device
+  [[nodiscard]] int physical_device() const noexcept;  ///< backend device
+  [[nodiscard]] Runtime& runtime() const noexcept { return *rt_; }
+  /// Enqueues a host function in stream order (the simulated backend's
+  /// kernels; on CUDA, cudaLaunchHostFunc: no CUDA call inside).
+  void host_task(HostFn fn) const;
+  /// Enqueues an asynchronous copy (pinned host memory for real overlap).
+  void copy(void* dst, const void* src, std::size_t bytes) const;
+  [[nodiscard]] explicit operator bool() const noexcept { return st_ != nullptr; }
+
+ private:
+  friend class Runtime;
+  friend class StreamAwaitable;
+  Stream(Runtime* rt, detail::StreamState* st) noexcept : rt_(rt), st_(st) {}
+  Runtime* rt_ = nullptr;
+  detail::StreamState* st_ = nullptr;
+};
+
+/// Device or pinned host memory from a Runtime's pool. A plain value: it
+/// does not free itself (Runtime::free, or Runtime::delete_variable).
+class Buffer {
+ public:
+  Buffer() noexcept = default;
+  [[nodiscard]] void* data() const noexcept { return p_; }
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return static_cast<T*>(p_);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  /// Physical device, or -1 for pinned host memory.
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return p_ != nullptr; }
+
+ private:
+  friend class Runtime;
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t capacity_ = 0;
+  int device_ = -1;
+};
+
+/// `co_await on(stream)`: records an event on the stream and resumes, on a
+/// worker of the runtime's resume_ctx, once all work enqueued on the stream
+/// before it has finished. Rethrows a device failure. Does not hold a worker.
+class [[nodiscard]] StreamAwaitable {
+ public:
+  explicit StreamAwaitable(const Stream& s) : s_(s) {}
+  StreamAwaitable(StreamAwaitable&& o) noexcept : s_(o.s_), ev_(std::exchange(o.ev_, nullptr)) {}
+  StreamAwaitable(const StreamAwaitable&) = delete;
+  StreamAwaitable& operator=(const StreamAwaitable&) = delete;
+  ~StreamAwaitable();
+  bool await_ready();
+  void await_suspend(std::coroutine_handle<> h);
+  void await_resume() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  Stream s_;
+  detail::Event* ev_ = nullptr;
+  std::exception_ptr error_;
+};
+[[nodiscard]] inline StreamAwaitable on(const Stream& s) { return StreamAwaitable(s); }
+
+/// The GPU layer of one engine: streams per logical device, an event pool,
+/// the fences on variables, the watcher thread and a memory pool.
+class Runtime {
+ public:
+  Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  [[nodiscard]] Engine& engine() const noexcept { return engine_; }
+  [[nodiscard]] Backend& backend() const noexcept;
+  [[nodiscard]] const RuntimeOptions& options() const noexcept;
+  /// Logical devices (0 when the backend has none: GPU pushes then throw).
+  [[nodiscard]] int device_count() const noexcept;
+  /// Why there is no device (empty when there is one).
+  [[nodiscard]] std::string unavailable_reason() const;
+
+  /// Pushes a GPU op: `fn(const Stream&)` enqueues work on the stream and
+  /// returns; see WHEN IS A GPU OP DONE above. `ctx` must be a GPU context
+  /// of an existing logical device (else ordo::gpu::GpuError, named
+  /// "cudaErrorNoDevice" / "cudaErrorInvalidDevice", from this call).
+  template <class F>
+  void push(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    using D = std::decay_t<F>;
+    static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
+    detail::PlanPtr plan = make_plan(ctx, reads, writes, attrs);
+    engine_.push_stream_ordered(Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes, attrs);
+  }
+
+  /// A stream of `ctx`'s logical device, for code outside GPU ops (a
+  /// coroutine holding a lease): compute stream `index` (modulo their
+  /// number), or the copy stream of `prop`.
+  [[nodiscard]] Stream stream(Context ctx, FnProperty prop = FnProperty::normal, unsigned index = 0);
+  /// Calls `done` (an async op's completion) once the work enqueued on `s`
+  /// so far has finished, with its failure if any. From the watcher thread.
+  void complete_when_done(const Stream& s, OnComplete done);
+
+  /// Pooled memory: device memory of logical device `device`, or pinned host memory.
+  [[nodiscard]] Buffer alloc_device(int device, std::size_t bytes);
+  [[nodiscard]] Buffer alloc_host(std::size_t bytes);
+  /// Returns memory to the pool now: nothing may still use it.
+  void free(Buffer b) noexcept;
+  /// Engine::delete_variable(var) whose deleter returns `b` to the pool: the
+  /// memory is reused only after every op pushed on var and every GPU event
+  /// fencing var has completed.
+  void delete_variable(Var var, Buffer b);
+
+  /// Waits (blocking) for all work enqueued on every stream.
+  void synchronize();
+  [[nodiscard]] RuntimeStats stats() const noexcept;
+
+  struct Impl;  // internal
+
+ private:
+  friend class Stream;
+  friend class StreamAwaitable;
+
+  template <class D>
+  struct Body {
+    Runtime* rt;
+    detail::PlanPtr plan;
+    D fn;
+    void operator()(const RunContext& rc, OnComplete done) {
+      std::exception_ptr error;
+      const Stream s = rt->begin_op(rc, *plan, error);
+      if (!error) {
+        try {
+          fn(s);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        rt->end_op(s, *plan, error);
+      }
+      done(error);
+    }
+  };
+
+  detail::PlanPtr make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  Stream begin_op(const RunContext& rc, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
+  void end_op(const Stream& s, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
+
+  Engine& engine_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ordo::gpu
