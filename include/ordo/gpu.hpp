@@ -31,7 +31,11 @@
 // fails the op as usual. Work that fails later on the device fails its
 // stream (sticky, as in CUDA); the failure travels along stream waits and
 // reaches the first CPU consumer as an op error (the GpuError, carrying the
-// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure).
+// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure). A host
+// task (Stream::host_task) that throws fails its stream the same way, with
+// its own exception. Engine::wait_for_all and Runtime::synchronize wait for
+// all enqueued device work and rethrow a failure no consumer was given
+// (once); ~Runtime reports one left through Options::on_unobserved_error.
 //
 // COROUTINES. A coroutine holding a lease (co_await ordo::push(...)) may
 // enqueue work on a stream and `co_await ordo::gpu::on(stream)`: it suspends
@@ -142,7 +146,10 @@ class Stream {
   [[nodiscard]] int physical_device() const noexcept;  ///< backend device
   [[nodiscard]] Runtime& runtime() const noexcept { return *rt_; }
   /// Enqueues a host function in stream order (the simulated backend's
-  /// kernels; on CUDA, cudaLaunchHostFunc: no CUDA call inside).
+  /// kernels; on CUDA, cudaLaunchHostFunc: no CUDA call inside). If it
+  /// throws, the runtime keeps the exception and fails the stream from there
+  /// on, as a device fault: later host tasks of the stream are skipped,
+  /// consumers of later events (and of GPU ops that waited for them) get it.
   void host_task(HostFn fn) const;
   /// Enqueues an asynchronous copy (pinned host memory for real overlap).
   void copy(void* dst, const void* src, std::size_t bytes) const;
@@ -271,7 +278,11 @@ class Runtime {
   /// fencing var has completed.
   void delete_variable(Var var, Buffer b);
 
-  /// Waits (blocking) for all work enqueued on every stream.
+  /// Waits (blocking, asleep) for all work enqueued on every stream so far,
+  /// then rethrows the first device failure no consumer was given yet (a
+  /// GpuError with the error's name, or a host task's exception), once.
+  /// Engine::wait_for_all does the same after its ops (ordo/fence.hpp).
+  /// Not from a complete_when_done callback (the watcher thread).
   void synchronize();
   [[nodiscard]] RuntimeStats stats() const noexcept;
 
