@@ -6,8 +6,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ordo/gpu/backend.hpp"
 
@@ -26,7 +28,10 @@ void check(cudaError_t e, const char* call) {
 
 /// Host function trampoline for cudaLaunchHostFunc. Runs on the driver's
 /// callback thread: user code only (no CUDA call may be made there, and no
-/// engine logic is); an exception cannot travel anywhere, so it is reported.
+/// engine logic is). ordo::gpu::Stream::host_task hands in a function that
+/// never throws (the Runtime catches and keeps the exception: it fails the
+/// stream, docs/gpu.md); a raw Backend::host_task that throws has nowhere to
+/// go, so it is printed.
 void CUDART_CB run_host_fn(void* p) {
   auto* fn = static_cast<HostFn*>(p);
   try {
@@ -87,13 +92,15 @@ class CudaBackend final : public Backend {
     const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (e == cudaSuccess) return true;
     if (e == cudaErrorNotReady) return false;
-    fail(e, "cudaEventQuery");
+    fail_async(e, "cudaEventQuery");
   }
   void synchronize(EventHandle event) override {
-    ORDO_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    const cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+    if (e != cudaSuccess) fail_async(e, "cudaEventSynchronize");
   }
   void synchronize_stream(StreamHandle stream) override {
-    ORDO_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) fail_async(e, "cudaStreamSynchronize");
   }
 
   void host_task(StreamHandle stream, HostFn fn) override {
@@ -126,8 +133,29 @@ class CudaBackend final : public Backend {
   void free_pinned(void* p) noexcept override { (void)cudaFreeHost(p); }
 
  private:
+  /// A failure of work on the device, seen by a query or a synchronize. CUDA
+  /// reports a sticky error again from every later call; the same code gives
+  /// the same exception object, so the runtime reports one failure once.
+  [[noreturn]] void fail_async(cudaError_t e, const char* call) {
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [code, p] : async_errors_) {
+        if (code == e) error = p;
+      }
+      if (!error) {
+        error = std::make_exception_ptr(
+            GpuError(static_cast<int>(e), cudaGetErrorName(e), std::string(call) + ": " + cudaGetErrorString(e)));
+        async_errors_.emplace_back(e, error);
+      }
+    }
+    std::rethrow_exception(error);
+  }
+
   int devices_ = 0;
   std::string reason_;
+  std::mutex mutex_;
+  std::vector<std::pair<cudaError_t, std::exception_ptr>> async_errors_;  ///< guarded by mutex_
 };
 
 }  // namespace

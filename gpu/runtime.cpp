@@ -6,6 +6,8 @@
 #include <bit>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,10 +23,25 @@
 namespace ordo::gpu {
 namespace detail {
 
+/// Failure of a stream's host tasks (Stream::host_task), kept by the runtime
+/// because cudaLaunchHostFunc has no way to fail a stream. Host tasks of a
+/// stream are numbered in enqueue order; the first that throws fails the
+/// stream from its number on (sticky, as a device fault): later host tasks
+/// are skipped, events recorded after it fail with its exception.
+struct HostState {
+  static constexpr std::uint64_t none = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> enqueued{0};   ///< host tasks numbered so far
+  /// Number of the failed host task (none: not failed). Written once, by the
+  /// stream's own host-task sequence (serial), release after `error`.
+  std::atomic<std::uint64_t> failed_at{none};
+  std::exception_ptr error;
+};
+
 struct StreamState {
   void* handle = nullptr;
   int logical = 0;
   int phys = 0;
+  std::unique_ptr<HostState> host = std::make_unique<HostState>();
 };
 
 /// A pooled backend event. One recording per use: an event goes back to the
@@ -37,6 +54,9 @@ struct Event {
   /// Written before the event is shared (under the fence mutex or before the
   /// watcher sees it).
   const StreamState* stream = nullptr;
+  /// Host tasks enqueued on `stream` before the recording: the event fails
+  /// if one of them failed (HostState). Written with `stream`.
+  std::uint64_t host_count = 0;
   std::atomic<int> refs{0};
   /// 0 pending, 1 done, 2 failed (error set), 3 being marked failed. Moves
   /// forward only (until the event is recycled); acquire/release with `error`.
@@ -65,10 +85,30 @@ struct OpPlan {
 
 void PlanDeleter::operator()(OpPlan* p) const noexcept { delete p; }
 
+/// A GPU operator (Runtime::new_operator). Records are kept in a deque and
+/// recycled, never freed before the Runtime, so a stale handle is detected
+/// by `gen` (as the engine's operators).
+struct OperatorState {
+  /// Bumped by delete_operator; a handle must match it (acquire in push,
+  /// acq_rel CAS in delete).
+  std::atomic<std::uint64_t> gen{0};
+  /// 1 for the live handle + 1 per push not yet finished; incremented only
+  /// while non-zero, so a recycled record is never resurrected.
+  std::atomic<std::int64_t> refs{0};
+  const void* owner = nullptr;  ///< the Runtime::Impl it belongs to
+  OpPlan plan;
+  std::vector<Var> reads, writes;
+  OpAttrs attrs;
+  std::string name;
+  std::unique_ptr<OperatorFnBase> fn;
+  OperatorState* free_next = nullptr;  ///< guarded by the runtime's oper_mutex
+};
+
 }  // namespace detail
 
 using detail::Event;
 using detail::Fence;
+using detail::HostState;
 using detail::OpPlan;
 using detail::StreamState;
 
@@ -120,6 +160,29 @@ struct Runtime::Impl final : FenceGate {
   std::map<std::pair<int, std::size_t>, std::vector<void*>> free_mem;  ///< (phys or -1, capacity)
   std::vector<std::pair<int, void*>> all_mem;
 
+  // Device failures seen (events that failed, host tasks that threw), each
+  // once (the same exception_ptr travels along a stream and its waits), and
+  // whether a consumer was given it. Leaf lock.
+  struct DeviceError {
+    std::exception_ptr error;
+    bool observed = false;
+  };
+  std::mutex error_mutex;
+  std::vector<DeviceError> device_errors;  ///< guarded by error_mutex
+
+  // GPU operators.
+  std::mutex oper_mutex;
+  std::deque<detail::OperatorState> oper_storage;  ///< stable addresses (guarded by oper_mutex)
+  detail::OperatorState* oper_free = nullptr;      ///< guarded by oper_mutex
+
+  void release_operator(detail::OperatorState* st) noexcept {
+    if (st->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    st->fn.reset();  // the last push finished: destroy the body here
+    std::lock_guard lock(oper_mutex);
+    st->free_next = oper_free;
+    oper_free = st;
+  }
+
   // Stats (relaxed counters).
   std::atomic<std::uint64_t> n_ops{0}, n_waits{0}, n_events{0}, n_held{0};
 
@@ -134,6 +197,7 @@ struct Runtime::Impl final : FenceGate {
         e->state.store(0, std::memory_order_relaxed);
         e->error = nullptr;
         e->stream = nullptr;
+        e->host_count = 0;
         return e;
       }
     }
@@ -165,18 +229,151 @@ struct Runtime::Impl final : FenceGate {
       while ((s = e->state.load(std::memory_order_acquire)) == 3) std::this_thread::yield();
       return s;
     }
+    std::exception_ptr failure;
     try {
       if (!backend->query(e->handle)) return 0;
-      int expected = 0;
-      e->state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel);
+      failure = host_failure(*e);
     } catch (...) {
-      int expected = 0;
-      if (e->state.compare_exchange_strong(expected, 3, std::memory_order_acq_rel)) {
-        e->error = std::current_exception();
-        e->state.store(2, std::memory_order_release);
-      }
+      failure = std::current_exception();
+    }
+    int expected = 0;
+    if (!failure) {
+      e->state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel);
+    } else if (e->state.compare_exchange_strong(expected, 3, std::memory_order_acq_rel)) {
+      e->error = failure;
+      e->state.store(2, std::memory_order_release);
+      note_error(failure);
     }
     return status_cached(e);
+  }
+  /// The host-task failure an event recorded on a stream carries, if any
+  /// (the event completed, so the host tasks before it have run).
+  static std::exception_ptr host_failure(const Event& e) noexcept {
+    if (e.stream == nullptr) return nullptr;
+    const HostState& h = *e.stream->host;
+    const std::uint64_t at = h.failed_at.load(std::memory_order_acquire);
+    return at < e.host_count ? h.error : nullptr;
+  }
+  /// Records `e` on `st`, remembering how many host tasks precede it.
+  void record_on(StreamState* st, Event* e) {
+    e->stream = st;
+    e->host_count = st->host->enqueued.load(std::memory_order_acquire);
+    backend->record(e->handle, st->handle);
+  }
+
+  // ---------------------------------------------------------------- device errors
+  void note_error(const std::exception_ptr& error) noexcept {
+    try {
+      std::lock_guard lock(error_mutex);
+      for (const DeviceError& d : device_errors) {
+        if (d.error == error) return;
+      }
+      device_errors.push_back({error, false});
+    } catch (...) {
+      // out of memory: the error still reaches its consumers, not wait_for_all
+    }
+  }
+  /// A consumer was given `error` (a held op, a callback, a rethrow).
+  void observe(const std::exception_ptr& error) noexcept {
+    if (!error) return;
+    note_error(error);
+    std::lock_guard lock(error_mutex);
+    for (DeviceError& d : device_errors) {
+      if (d.error == error) d.observed = true;
+    }
+  }
+  /// FenceGate: the first failure no consumer was given, now claimed.
+  std::exception_ptr take_error() noexcept override {
+    std::lock_guard lock(error_mutex);
+    for (DeviceError& d : device_errors) {
+      if (!d.observed) {
+        d.observed = true;
+        return d.error;
+      }
+    }
+    return nullptr;
+  }
+
+  /// FenceGate (Engine::wait_for_all), Runtime::synchronize and ~Runtime:
+  /// records an event on every stream and waits, asleep, until the watcher
+  /// has seen them all finish (and noted their failures).
+  void wait_idle() override {
+    std::vector<Event*> events;
+    events.reserve(devices.size() * 4);
+    auto mark = [&](StreamState& st) {
+      Event* e = acquire(st.phys);
+      try {
+        record_on(&st, e);
+        events.push_back(e);
+      } catch (...) {
+        unref(e);
+        try {
+          backend->synchronize_stream(st.handle);  // a sticky CUDA error refuses the record: report that
+        } catch (...) {
+          note_error(std::current_exception());
+        }
+      }
+    };
+    try {
+      for (auto& ds : devices) {
+        for (auto& st : ds.compute) mark(st);
+        mark(ds.h2d);
+        mark(ds.d2h);
+      }
+    } catch (...) {
+      for (Event* e : events) unref(e);
+      throw;
+    }
+    if (events.empty()) return;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    Pending p;
+    p.events = std::move(events);
+    p.then = [&](const std::exception_ptr&) {
+      std::lock_guard lock(mutex);
+      done = true;
+      cv.notify_all();  // under the lock: the waiter's frame goes away once it is released
+    };
+    watch(std::move(p));
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return done; });
+  }
+
+  // ---------------------------------------------------------------- host tasks
+  /// Runs a host task numbered `k` on its stream (stream order): skipped once
+  /// the stream failed; a throw fails the stream from `k` on.
+  void run_host(StreamState* st, std::uint64_t k, const HostFn& fn) noexcept {
+    HostState& h = *st->host;
+    if (h.failed_at.load(std::memory_order_acquire) != HostState::none) return;
+    try {
+      fn();
+    } catch (...) {
+      fail_stream(h, k, std::current_exception());
+    }
+  }
+  void fail_stream(HostState& h, std::uint64_t k, std::exception_ptr error) noexcept {
+    if (h.failed_at.load(std::memory_order_relaxed) != HostState::none) return;  // only the stream's tasks write it
+    note_error(error);
+    h.error = std::move(error);
+    h.failed_at.store(k, std::memory_order_release);
+  }
+  /// Enqueues a numbered host task on `st`.
+  void enqueue_host(StreamState* st, std::function<void(std::uint64_t)> body) {
+    const std::uint64_t k = st->host->enqueued.fetch_add(1, std::memory_order_acq_rel);
+    backend->host_task(st->handle, [k, body = std::move(body)] { body(k); });
+  }
+  /// After `dst` was made to wait for `e` (recorded on another stream after
+  /// host tasks): a host task on `dst` that fails it if `e`'s stream had
+  /// failed before `e` (a failure travels along stream waits, as on the device).
+  void propagate_host_failure(StreamState* dst, const Event& e) {
+    if (e.stream == nullptr || e.host_count == 0) return;
+    const HostState* src = e.stream->host.get();
+    const std::uint64_t before = e.host_count;
+    enqueue_host(dst, [this, dst, src, before](std::uint64_t k) {
+      const std::uint64_t at = src->failed_at.load(std::memory_order_acquire);
+      if (at < before) fail_stream(*dst->host, k, src->error);
+    });
   }
   static int status_cached(const Event* e) noexcept {
     int s;
@@ -256,6 +453,7 @@ struct Runtime::Impl final : FenceGate {
         }
       }
     }
+    observe(error);  // the engine owns it now (the op's error, then its outputs')
     try {
       op.release(std::move(error));
     } catch (...) {
@@ -411,6 +609,31 @@ Runtime::Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOption
 
 Runtime::~Runtime() {
   Impl& m = *impl_;
+  // Device work nobody waited for: wait, and report failures no consumer
+  // was given, as the engine reports its unobserved errors.
+  try {
+    m.wait_idle();
+  } catch (...) {
+    // out of memory for the events: destroy_stream below still waits
+  }
+  for (std::exception_ptr e = m.take_error(); e; e = m.take_error()) {
+    ErrorReport r{"ordo::gpu device work", "unknown exception"};
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      r.message = x.what();
+    } catch (...) {
+    }
+    try {
+      if (const auto& report = engine_.options().on_unobserved_error) {
+        report(r);
+      } else {
+        std::fprintf(stderr, "ordo: unobserved error from %s: %s\n", r.op_name.c_str(), r.message.c_str());
+      }
+    } catch (...) {
+      // the destructor never throws
+    }
+  }
   for (auto& ds : m.devices) {
     for (auto& s : ds.compute) m.backend->destroy_stream(s.handle);  // waits for its work
     m.backend->destroy_stream(ds.h2d.handle);
@@ -457,17 +680,121 @@ RuntimeStats Runtime::stats() const noexcept {
 detail::PlanPtr Runtime::make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
   impl_->check_device(ctx);
   detail::PlanPtr plan(new OpPlan);
-  plan->prop = attrs.prop;
-  plan->access.reserve(reads.size() + writes.size());
-  for (const Var& v : writes) plan->access.push_back({&engine_.fence_slot(v), true});
-  for (const Var& v : reads) plan->access.push_back({&engine_.fence_slot(v), false});
-  auto& a = plan->access;
+  fill_plan(*plan, reads, writes, attrs);
+  return plan;
+}
+
+void Runtime::fill_plan(OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  plan.prop = attrs.prop;
+  plan.access.clear();
+  plan.access.reserve(reads.size() + writes.size());
+  for (const Var& v : writes) plan.access.push_back({&engine_.fence_slot(v), true});
+  for (const Var& v : reads) plan.access.push_back({&engine_.fence_slot(v), false});
+  auto& a = plan.access;
   std::sort(a.begin(), a.end(), [](const OpPlan::Access& x, const OpPlan::Access& y) {
     return x.slot != y.slot ? std::less<>{}(x.slot, y.slot) : x.write > y.write;  // a write first
   });
   a.erase(std::unique(a.begin(), a.end(), [](const OpPlan::Access& x, const OpPlan::Access& y) { return x.slot == y.slot; }),
           a.end());
-  return plan;
+}
+
+// ------------------------------------------------------------------ operators
+
+/// The engine op body of one push of a GPU operator: two words (inline in
+/// the op record), holding a reference to the operator until destroyed.
+struct Runtime::OperatorBody {
+  Runtime* rt;
+  detail::OperatorState* st;
+  OperatorBody(Runtime* r, detail::OperatorState* s) noexcept : rt(r), st(s) {}
+  OperatorBody(OperatorBody&& o) noexcept : rt(o.rt), st(std::exchange(o.st, nullptr)) {}
+  OperatorBody(const OperatorBody&) = delete;
+  OperatorBody& operator=(const OperatorBody&) = delete;
+  OperatorBody& operator=(OperatorBody&&) = delete;
+  ~OperatorBody() {
+    if (st != nullptr) rt->impl_->release_operator(st);
+  }
+  void operator()(const RunContext& rc, OnComplete done) { rt->run_operator(rc, *st, done); }
+};
+
+Operator Runtime::init_operator(std::unique_ptr<detail::OperatorFnBase> fn, VarSpan reads, VarSpan writes,
+                                const OpAttrs& attrs) {
+  Impl& m = *impl_;
+  if (attrs.prop == FnProperty::delete_var) {
+    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+  }
+  detail::OperatorState* st = nullptr;
+  {
+    std::lock_guard lock(m.oper_mutex);
+    if (m.oper_free != nullptr) {
+      st = std::exchange(m.oper_free, m.oper_free->free_next);
+    } else {
+      st = &m.oper_storage.emplace_back();
+    }
+  }
+  try {
+    fill_plan(st->plan, reads, writes, attrs);  // checks the variables (throws like a push)
+    st->reads.assign(reads.begin(), reads.end());
+    st->writes.assign(writes.begin(), writes.end());
+    st->name = attrs.name != nullptr ? attrs.name : "";
+    st->attrs = attrs;
+    st->attrs.name = attrs.name != nullptr ? st->name.c_str() : nullptr;
+  } catch (...) {
+    std::lock_guard lock(m.oper_mutex);
+    st->free_next = m.oper_free;
+    m.oper_free = st;
+    throw;
+  }
+  st->owner = &m;
+  st->fn = std::move(fn);
+  st->refs.store(1, std::memory_order_release);
+  return Operator{st, st->gen.load(std::memory_order_acquire)};
+}
+
+void Runtime::push(Operator op, Context ctx) { push(op, ctx, op.st_ != nullptr ? op.st_->attrs.priority : 0); }
+
+void Runtime::push(Operator op, Context ctx, int priority) {
+  detail::OperatorState* st = op.st_;
+  Impl& m = *impl_;
+  if (st == nullptr) throw Error(Errc::deleted_operator, "push of an empty gpu::Operator handle");
+  if (st->owner != &m) throw Error(Errc::deleted_operator, "push of a gpu::Operator of another runtime");
+  std::int64_t refs = st->refs.load(std::memory_order_relaxed);
+  do {
+    if (refs == 0) throw Error(Errc::deleted_operator, "push of a deleted gpu::Operator");
+  } while (!st->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  OperatorBody body(this, st);  // owns the reference from here on
+  if (st->gen.load(std::memory_order_acquire) != op.gen_) {
+    throw Error(Errc::deleted_operator, "push of a deleted gpu::Operator");
+  }
+  m.check_device(ctx);
+  OpAttrs attrs = st->attrs;
+  attrs.priority = priority;
+  engine_.push_stream_ordered(std::move(body), ctx, st->reads, st->writes, attrs);
+}
+
+void Runtime::delete_operator(Operator op) {
+  detail::OperatorState* st = op.st_;
+  if (st == nullptr || st->owner != impl_.get()) {
+    throw Error(Errc::deleted_operator, "delete_operator: empty handle or gpu::Operator of another runtime");
+  }
+  std::uint64_t gen = op.gen_;
+  if (!st->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) {
+    throw Error(Errc::deleted_operator, "delete_operator: the gpu::Operator was already deleted");
+  }
+  impl_->release_operator(st);
+}
+
+void Runtime::run_operator(const RunContext& rc, detail::OperatorState& st, const OnComplete& done) {
+  std::exception_ptr error;
+  const Stream s = begin_op(rc, st.plan, error);
+  if (!error) {
+    try {
+      (*st.fn)(s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    end_op(s, st.plan, error);
+  }
+  done(error);
 }
 
 Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exception_ptr& error) noexcept {
@@ -494,6 +821,7 @@ Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exceptio
       for (Event* e : waits) {
         m.backend->wait(s->handle, e->handle);  // cudaStreamWaitEvent: ordered on the device, no host round trip
         m.n_waits.fetch_add(1, std::memory_order_relaxed);
+        m.propagate_host_failure(s, *e);        // only after host tasks on e's stream
       }
     }
   } catch (...) {
@@ -508,8 +836,7 @@ void Runtime::end_op(const Stream& s, const OpPlan& plan, std::exception_ptr& er
   Event* ev = nullptr;
   try {
     ev = m.acquire(s.st_->phys);
-    m.backend->record(ev->handle, s.st_->handle);
-    ev->stream = s.st_;
+    m.record_on(s.st_, ev);
     std::lock_guard lock(m.fence_mutex);
     for (const auto& a : plan.access) {
       Fence* f = Impl::fence_of(a.slot);
@@ -555,15 +882,17 @@ void Runtime::complete_when_done(const Stream& s, OnComplete done) {
   Impl& m = *impl_;
   Event* ev = m.acquire(s.st_->phys);
   try {
-    m.backend->record(ev->handle, s.st_->handle);
+    m.record_on(s.st_, ev);
   } catch (...) {
     m.unref(ev);
     throw;
   }
-  ev->stream = s.st_;
   Impl::Pending p;
   p.events.push_back(ev);
-  p.then = [done](std::exception_ptr e) { done(std::move(e)); };
+  p.then = [&m, done](std::exception_ptr e) {
+    m.observe(e);  // the async op's error from here on
+    done(std::move(e));
+  };
   m.watch(std::move(p));
 }
 
@@ -651,11 +980,8 @@ void Runtime::delete_variable(Var var, Buffer b) { engine_.delete_variable(Buffe
 
 void Runtime::synchronize() {
   Impl& m = *impl_;
-  for (auto& ds : m.devices) {
-    for (auto& s : ds.compute) m.backend->synchronize_stream(s.handle);
-    m.backend->synchronize_stream(ds.h2d.handle);
-    m.backend->synchronize_stream(ds.d2h.handle);
-  }
+  m.wait_idle();
+  if (std::exception_ptr e = m.take_error()) std::rethrow_exception(e);
 }
 
 // ------------------------------------------------------------------ Stream
@@ -663,7 +989,11 @@ void Runtime::synchronize() {
 void* Stream::handle() const noexcept { return st_->handle; }
 int Stream::device() const noexcept { return st_->logical; }
 int Stream::physical_device() const noexcept { return st_->phys; }
-void Stream::host_task(HostFn fn) const { rt_->impl_->backend->host_task(st_->handle, std::move(fn)); }
+void Stream::host_task(HostFn fn) const {
+  Runtime::Impl& m = *rt_->impl_;
+  StreamState* st = st_;
+  m.enqueue_host(st, [&m, st, fn = std::move(fn)](std::uint64_t k) { m.run_host(st, k, fn); });
+}
 void Stream::copy(void* dst, const void* src, std::size_t bytes) const {
   rt_->impl_->backend->copy(dst, src, bytes, st_->handle);
 }
@@ -677,10 +1007,12 @@ StreamAwaitable::~StreamAwaitable() {
 bool StreamAwaitable::await_ready() {
   Runtime::Impl& m = *s_.rt_->impl_;
   ev_ = m.acquire(s_.st_->phys);
-  m.backend->record(ev_->handle, s_.st_->handle);
-  ev_->stream = s_.st_;
+  m.record_on(s_.st_, ev_);
   const int st = m.status(ev_);
-  if (st == 2) error_ = ev_->error;
+  if (st == 2) {
+    error_ = ev_->error;
+    m.observe(error_);
+  }
   return st != 0;
 }
 
@@ -691,7 +1023,8 @@ void StreamAwaitable::await_suspend(std::coroutine_handle<> h) {
   Engine* engine = &m.engine;
   const Context ctx = m.opts.resume_ctx;
   StreamAwaitable* self = this;
-  p.then = [self, h, engine, ctx](std::exception_ptr e) {
+  p.then = [&m, self, h, engine, ctx](std::exception_ptr e) {
+    m.observe(e);
     self->error_ = std::move(e);
     try {
       engine->post([h] { ordo::detail::resume(h); }, ctx, {.name = "ordo::gpu resume"});

@@ -834,6 +834,10 @@ void EngineCore::wait_for_all() {
     while (in_flight_.load(std::memory_order_seq_cst) != 0) idle_cv_.wait(lock);
     idle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   }
+  // ordo/fence.hpp: ops complete before the work behind their fences (GPU
+  // kernels) has finished; wait for it too, and report its unobserved failure.
+  FenceGate* const gate = gate_.load(std::memory_order_acquire);
+  if (gate != nullptr) [[unlikely]] gate->wait_idle();
   std::exception_ptr first;
   {
     std::lock_guard lock(error_mutex_);
@@ -848,6 +852,7 @@ void EngineCore::wait_for_all() {
     // From here on no variable carries an error raised before this call.
     cleared_epoch_.store(error_epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
+  if (!first && gate != nullptr) [[unlikely]] first = gate->take_error();
   if (first) std::rethrow_exception(first);
 }
 

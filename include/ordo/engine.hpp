@@ -207,7 +207,10 @@ class Engine {
 
   /// Blocks until no op is in flight. Rethrows the first error that no wait
   /// has rethrown yet and clears every variable's error; further unrethrown
-  /// errors are rethrown by the following calls, one each.
+  /// errors are rethrown by the following calls, one each. With a FenceGate
+  /// installed (the gpu layer), also waits for the work behind the fences
+  /// (kernels enqueued by GPU ops) and, when it has no op error to rethrow,
+  /// rethrows a failure of that work no consumer observed (ordo/fence.hpp).
   void wait_for_all();
 
   /// Number of writes (including failed and skipped ones) finished on `var`.

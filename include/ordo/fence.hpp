@@ -16,7 +16,9 @@
 // (returns false: the op runs now) or keeps the HeldOp and calls release()
 // once the work behind the fences has finished. Held ops still count as in
 // flight (wait_for_all waits for them). wait_for_var waits are held the same
-// way, so "finished" is what every CPU consumer observes.
+// way, so "finished" is what every CPU consumer observes. wait_for_all also
+// asks the gate to wait for the unfinished work behind all fences and to
+// hand over a failure of it that no consumer observed (wait_idle, take_error).
 //
 // Without a gate the engine pays one relaxed load and a branch per dispatch
 // (+3 instructions per op on W2/W4 under callgrind, docs/gpu.md).
@@ -79,6 +81,17 @@ class FenceGate {
  public:
   /// Returns true to keep the op (release it later), false to let it run now.
   virtual bool hold(HeldOp op) noexcept = 0;
+
+  /// Called by Engine::wait_for_all, with a gate installed, once no op is in
+  /// flight: blocks until the work behind the fences set so far (the gpu
+  /// layer: everything enqueued on its streams) has finished. Any thread,
+  /// concurrently; never from inside an op of the engine. Default: nothing.
+  virtual void wait_idle() {}
+  /// Called by Engine::wait_for_all after wait_idle() when it has no error of
+  /// its own to rethrow: a failure of that work that nobody has been given yet
+  /// (no held op was released with it, no wait rethrew it), now claimed so it
+  /// is reported once; null if none. Default: null.
+  [[nodiscard]] virtual std::exception_ptr take_error() noexcept { return nullptr; }
 
  protected:
   FenceGate() = default;

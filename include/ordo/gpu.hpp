@@ -31,7 +31,11 @@
 // fails the op as usual. Work that fails later on the device fails its
 // stream (sticky, as in CUDA); the failure travels along stream waits and
 // reaches the first CPU consumer as an op error (the GpuError, carrying the
-// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure).
+// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure). A host
+// task (Stream::host_task) that throws fails its stream the same way, with
+// its own exception. Engine::wait_for_all and Runtime::synchronize wait for
+// all enqueued device work and rethrow a failure no consumer was given
+// (once); ~Runtime reports one left through Options::on_unobserved_error.
 //
 // COROUTINES. A coroutine holding a lease (co_await ordo::push(...)) may
 // enqueue work on a stream and `co_await ordo::gpu::on(stream)`: it suspends
@@ -89,15 +93,44 @@ struct RuntimeStats {
 
 class Runtime;
 class Buffer;
+class Stream;
 namespace detail {
 struct StreamState;
 struct Event;
 struct OpPlan;
+struct OperatorState;
 struct PlanDeleter {
   void operator()(OpPlan* p) const noexcept;
 };
 using PlanPtr = std::unique_ptr<OpPlan, PlanDeleter>;
+/// A GPU operator's body, type-erased (one allocation, at new_operator).
+struct OperatorFnBase {
+  virtual ~OperatorFnBase() = default;
+  virtual void operator()(const Stream& s) = 0;
+};
+template <class D>
+struct OperatorFn final : OperatorFnBase {
+  template <class F>
+  explicit OperatorFn(F&& f) : fn(std::forward<F>(f)) {}
+  void operator()(const Stream& s) override { fn(s); }
+  D fn;
+};
 }  // namespace detail
+
+/// A pre-built GPU op (Runtime::new_operator): body, variable lists and
+/// routing prepared once, then pushed many times. A cheap handle (two
+/// words); a handle to a deleted operator is detected.
+class Operator {
+ public:
+  constexpr Operator() noexcept = default;
+  [[nodiscard]] constexpr bool empty() const noexcept { return st_ == nullptr; }
+
+ private:
+  friend class Runtime;
+  constexpr Operator(detail::OperatorState* st, std::uint64_t gen) noexcept : st_(st), gen_(gen) {}
+  detail::OperatorState* st_ = nullptr;
+  std::uint64_t gen_ = 0;
+};
 
 /// A stream of a logical device, handed to GPU op bodies. Cheap handle.
 class Stream {
@@ -113,7 +146,10 @@ class Stream {
   [[nodiscard]] int physical_device() const noexcept;  ///< backend device
   [[nodiscard]] Runtime& runtime() const noexcept { return *rt_; }
   /// Enqueues a host function in stream order (the simulated backend's
-  /// kernels; on CUDA, cudaLaunchHostFunc: no CUDA call inside).
+  /// kernels; on CUDA, cudaLaunchHostFunc: no CUDA call inside). If it
+  /// throws, the runtime keeps the exception and fails the stream from there
+  /// on, as a device fault: later host tasks of the stream are skipped,
+  /// consumers of later events (and of GPU ops that waited for them) get it.
   void host_task(HostFn fn) const;
   /// Enqueues an asynchronous copy (pinned host memory for real overlap).
   void copy(void* dst, const void* src, std::size_t bytes) const;
@@ -202,6 +238,28 @@ class Runtime {
     engine_.push_stream_ordered(Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes, attrs);
   }
 
+  /// Prepares a GPU operator: `fn(const Stream&)` as for push, with its
+  /// variable lists, attributes and fence plan built once. Each push(op, ctx)
+  /// then costs the engine's push and nothing more from the runtime (no
+  /// allocation; Runtime::push allocates the op's plan). The body may run
+  /// concurrently with itself if pushes do not conflict. The engine still
+  /// normalises the lists at each push (see docs/gpu.md: an engine Operator
+  /// would be held by the fence gate instead of ordering on the device).
+  template <class F>
+  [[nodiscard]] Operator new_operator(F&& fn, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
+    using D = std::decay_t<F>;
+    static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
+    return init_operator(std::make_unique<detail::OperatorFn<D>>(std::forward<F>(fn)), reads, writes, attrs);
+  }
+  /// Pushes a GPU operator on `ctx` (a GPU context, checked as for push);
+  /// `priority` overrides the operator's. Throws ordo::Error
+  /// {Errc::deleted_operator} for an empty, deleted or foreign handle.
+  void push(Operator op, Context ctx);
+  void push(Operator op, Context ctx, int priority);
+  /// Pushes already made still run; later pushes throw Errc::deleted_operator;
+  /// the body is destroyed when the last push has finished.
+  void delete_operator(Operator op);
+
   /// A stream of `ctx`'s logical device, for code outside GPU ops (a
   /// coroutine holding a lease): compute stream `index` (modulo their
   /// number), or the copy stream of `prop`.
@@ -220,7 +278,11 @@ class Runtime {
   /// fencing var has completed.
   void delete_variable(Var var, Buffer b);
 
-  /// Waits (blocking) for all work enqueued on every stream.
+  /// Waits (blocking, asleep) for all work enqueued on every stream so far,
+  /// then rethrows the first device failure no consumer was given yet (a
+  /// GpuError with the error's name, or a host task's exception), once.
+  /// Engine::wait_for_all does the same after its ops (ordo/fence.hpp).
+  /// Not from a complete_when_done callback (the watcher thread).
   void synchronize();
   [[nodiscard]] RuntimeStats stats() const noexcept;
 
@@ -251,6 +313,11 @@ class Runtime {
   };
 
   detail::PlanPtr make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  Operator init_operator(std::unique_ptr<detail::OperatorFnBase> fn, VarSpan reads, VarSpan writes,
+                         const OpAttrs& attrs);
+  void fill_plan(detail::OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  struct OperatorBody;
+  void run_operator(const RunContext& rc, detail::OperatorState& st, const OnComplete& done);
   Stream begin_op(const RunContext& rc, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
   void end_op(const Stream& s, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
 

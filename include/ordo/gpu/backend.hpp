@@ -74,7 +74,9 @@ class Backend {
 
   /// Enqueues a host function in stream order (simulated kernels; CUDA:
   /// cudaLaunchHostFunc, which forbids CUDA calls inside it). On the
-  /// simulated backend an exception it throws fails the stream (sticky).
+  /// simulated backend an exception it throws fails the stream (sticky: a
+  /// simulated device fault); on CUDA it is printed. Stream::host_task wraps
+  /// it so that an exception fails the stream on both (see ordo/gpu.hpp).
   virtual void host_task(StreamHandle stream, HostFn fn) = 0;
   /// Asynchronous copy in stream order, any direction (cudaMemcpyDefault).
   virtual void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) = 0;
