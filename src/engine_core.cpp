@@ -65,6 +65,10 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }
   low_water_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
+  if (opts_.profile.enabled) {
+    prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
+    prof_ = prof_storage_.get();
+  }
   switch (opts_.kind) {
     case EngineKind::naive:
       break;
@@ -316,6 +320,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     throttle();
   }
   in_flight_.fetch_add(1, std::memory_order_relaxed);
+  if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
 
   // Lock every variable in address order (the global lock order), so the
   // whole push is one atomic step with respect to every other push.
@@ -324,6 +329,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     v->lock.lock();
     if (v->gen != specs[i].gen) [[unlikely]] {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
+      if (prof_ != nullptr) prof_->on_push_failed(op);
       op_finished();
       throw Error(Errc::deleted_var,
                   "push of " + op_label(attrs.name) + ": var " + std::to_string(v->id) + " was deleted");
@@ -481,6 +487,7 @@ void EngineCore::run_later(OpRecord* op) {
 }
 
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
+  if (prof_ != nullptr) [[unlikely]] prof_->on_grant(op);
   ThreadState& ts = t_state;
   // Inline work made ready by a push runs at once, like a call (MXNet runs
   // async ops in the pushing thread); made ready by a completion, it is
@@ -537,6 +544,7 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
 }
 
 void EngineCore::execute(OpRecord* op) {
+  if (prof_ != nullptr) [[unlikely]] prof_->on_start(op);
   ThreadState& ts = t_state;
   if (op->kind == OpKind::wait_var) {
     auto* waiter = static_cast<VarWaiter*>(op->aux);
@@ -573,6 +581,7 @@ void EngineCore::execute(OpRecord* op) {
     return;
   }
   std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
+  const std::uint64_t prof_id = op->prof_id;  // the record may be recycled once the body completes it
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
@@ -583,6 +592,7 @@ void EngineCore::execute(OpRecord* op) {
     thrown = std::current_exception();
   }
   ts.running = outer;
+  if (prof_ != nullptr) [[unlikely]] prof_->on_body_end(prof_id);
   // acq_rel pairs with the CAS in complete(): exactly one side frees the record.
   const std::uint8_t state = op->body.exchange(0, std::memory_order_acq_rel);
   if (thrown) {
@@ -610,14 +620,18 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
   release(make_error(std::move(e), op_name));
 }
 
-void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
+void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by) {
   auto grant = [&](AccessNode* a) {
     v->head = a->next;
     if (v->head == nullptr) v->tail = nullptr;
     OpRecord* op = a->op;
     if (live(v->error)) inherit(op, v->error);
     // acq_rel: the thread that reaches zero sees every other grant's writes.
-    if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(op);
+    if (prof_ != nullptr) [[unlikely]] {
+      if (prof_->on_grant_access(by, op, v)) ready.push(op);
+    } else if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      ready.push(op);
+    }
   };
   if (v->write_running || v->head == nullptr) return;
   if (v->head->write()) {
@@ -634,6 +648,7 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
 }
 
 void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
+  if (prof_ != nullptr) [[unlikely]] prof_->on_end(op, own_error);
   ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
   ErrorRecord* outcome = own_error;
   if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
@@ -662,7 +677,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty
     } else {
-      grant_waiting(v, ready);
+      grant_waiting(v, ready, op);
     }
     v->lock.unlock();
   }
@@ -796,12 +811,14 @@ void EngineCore::wait_for_all() {
     throw Error(Errc::wait_inside_op, "wait_for_all called from inside " + op_label(ts.running->name) +
                                           " of the same engine: it would wait for itself");
   }
+  const std::int64_t called = prof_ != nullptr ? prof_->now() : 0;
   {
     std::unique_lock lock(idle_mutex_);
     idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
     while (in_flight_.load(std::memory_order_seq_cst) != 0) idle_cv_.wait(lock);
     idle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   }
+  if (prof_ != nullptr) prof_->on_wait_all(called);
   std::exception_ptr first;
   {
     std::lock_guard lock(error_mutex_);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ordo/engine.hpp"
+#include "profiler.hpp"
 #include "records.hpp"
 #include "worker_pool.hpp"
 
@@ -89,6 +90,8 @@ class EngineCore {
   std::size_t pending_errors();
 
   const Options& options() const noexcept { return opts_; }
+  /// The profiler, or null when profiling is off (Options::profile).
+  ProfilerCore* profiler() const noexcept { return prof_; }
   void flush_finished() noexcept;
   void worker_idle() noexcept;
 
@@ -118,13 +121,17 @@ class EngineCore {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }
   void inherit(OpRecord* op, ErrorRecord* e) const noexcept;
-  void grant_waiting(VarRecord* v, ReadyList& ready);
+  void grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by);
   bool all_idle() const noexcept;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
 
   Options opts_;
   std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
+  /// Profiling: null when off (every hook is one predictable branch on it).
+  /// Immutable after construction; owned by prof_storage_.
+  ProfilerCore* prof_ = nullptr;
+  std::unique_ptr<ProfilerCore> prof_storage_;
 
   // Pools (immutable after construction, except lazily created device pools).
   std::unique_ptr<WorkerPool> cpu_;

@@ -23,6 +23,7 @@
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
+#include "ordo/profiler.hpp"
 #include "ordo/var.hpp"
 
 namespace ordo {
@@ -205,6 +206,9 @@ class Engine {
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
+  /// The engine's profiler (ordo/profiler.hpp): a handle whose members throw
+  /// unless Options::profile.enabled was set.
+  [[nodiscard]] Profiler profiler() const noexcept;
 
   /// True while the calling thread runs an op body (of any engine).
   [[nodiscard]] static bool inside_op() noexcept;

@@ -1,0 +1,143 @@
+// src/profiler.hpp - the recording side of ordo::Profiler. Internal.
+//
+// The engine calls the on_* hooks only when profiling is on (EngineCore::prof_
+// is not null), so a disabled profiler costs one predictable branch per hook.
+//
+// Recording. Every thread that touches a profiled engine gets its own
+// ThreadBuffer (found through a one-entry thread_local cache, else a
+// registry under a mutex). An event is appended under the buffer's own
+// SpinLock, which only readers (data(), clear()) ever contend for: there is
+// no lock shared between recording threads. Events are joined per op (by id)
+// when a profile is read, so the hooks write fixed-size records and nothing else.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ordo/options.hpp"
+#include "ordo/profiler.hpp"
+#include "records.hpp"
+#include "spin_lock.hpp"
+
+namespace ordo::detail {
+
+enum class EventType : std::uint8_t {
+  push,      ///< op: id, t = push; x = packed attributes, y = name id
+  access,    ///< op: id; x = var id, y = 1 for a write
+  grant,     ///< op: id, t = became ready
+  start,     ///< op: id, t = began to run (or to be skipped)
+  body_end,  ///< op: id, t = async body returned
+  end,       ///< op: id, t = finished; y = ProfiledStatus, x = error message id
+  edge,      ///< op: `to` id, x = `from` id, y = var id, flags = 1 if it released `to`
+  wait_all,  ///< op: id, t = wait_for_all called, x = its return time
+  push_failed,  ///< op: id: the push threw after its push event (deleted variable)
+};
+
+/// One fixed-size record (32 bytes).
+struct Event {
+  std::int64_t t;
+  std::uint64_t op;
+  std::uint64_t x;
+  std::uint32_t y;
+  EventType type;
+  std::uint8_t flags;
+};
+
+inline constexpr std::size_t kChunkEvents = 1024;
+
+struct EventChunk {
+  Event ev[kChunkEvents];
+};
+
+/// One thread's events. All fields below `lock` are guarded by it; the owner
+/// thread takes it for each append, readers to copy or clear.
+struct ThreadBuffer {
+  SpinLock lock;
+  std::vector<std::unique_ptr<EventChunk>> chunks;
+  std::size_t count = 0;         ///< events recorded
+  std::uint64_t dropped = 0;     ///< events refused: no chunk left in the budget
+  // Owner thread only (never read by others).
+  std::uint64_t next_seq = 0;    ///< op ids: (index + 1) << 40 | ++next_seq
+  struct NameCache {
+    const char* ptr = nullptr;
+    const char* interned = nullptr;
+    std::uint32_t id = 0;
+  };
+  std::array<NameCache, 16> names{};
+  // Immutable after creation.
+  std::uint32_t index = 0;       ///< track number: position in ProfilerCore::buffers_
+  std::string name;              ///< track name
+};
+
+class ProfilerCore {
+ public:
+  ProfilerCore(const ProfileOptions& options, const void* engine);
+  ProfilerCore(const ProfilerCore&) = delete;
+  ProfilerCore& operator=(const ProfilerCore&) = delete;
+
+  [[nodiscard]] std::int64_t now() const noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch_).count();
+  }
+
+  // Hooks (engine side). op->engine is the profiled engine.
+  void on_push(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept;
+  void on_push_failed(const OpRecord* op) noexcept { record(EventType::push_failed, op->prof_id, now(), 0, 0, 0); }
+  void on_grant(const OpRecord* op) noexcept { record(EventType::grant, op->prof_id, now(), 0, 0, 0); }
+  void on_start(const OpRecord* op) noexcept { record(EventType::start, op->prof_id, now(), 0, 0, 0); }
+  void on_body_end(std::uint64_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
+  void on_end(const OpRecord* op, const ErrorRecord* own_error) noexcept;
+  /// Grants `to` its access to `var`, released by `from`'s completion (the
+  /// engine's decrement of `to->wait`, acq_rel as there), and records the
+  /// edge. Returns true if this was to's last access: it is ready.
+  bool on_grant_access(const OpRecord* from, OpRecord* to, const VarRecord* var) noexcept {
+    // Read to's id before the decrement, after which another grant may run,
+    // finish and recycle it.
+    const std::uint64_t to_id = to->prof_id;
+    const bool released = to->wait.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    record(EventType::edge, to_id, now(), from->prof_id, var->id, released ? 1 : 0);
+    return released;
+  }
+  void on_wait_all(std::int64_t called) noexcept;
+
+  // Reading (ordo::Profiler).
+  ProfileData data() const;
+  void clear();
+  std::uint64_t dropped() const;
+  const ProfileOptions& options() const noexcept { return opts_; }
+
+ private:
+  ThreadBuffer* buffer() noexcept;
+  ThreadBuffer* register_thread() noexcept;
+  void record(EventType type, std::uint64_t op, std::int64_t t, std::uint64_t x, std::uint32_t y,
+              std::uint8_t flags) noexcept;
+  std::uint32_t intern(ThreadBuffer* b, const char* name) noexcept;
+  std::uint32_t intern_string(std::string_view s) noexcept;
+
+  ProfileOptions opts_;
+  const void* engine_;  ///< the EngineCore, to name its workers' tracks
+  std::uint64_t uid_;   ///< process-unique, keys the thread_local buffer cache
+  std::chrono::steady_clock::time_point epoch_;
+  /// Chunks any buffer may still take (the memory bound). A buffer takes one
+  /// with fetch_sub when its last one is full; clear() gives them all back.
+  std::atomic<std::int64_t> chunks_left_;
+
+  mutable std::mutex registry_mutex_;
+  std::vector<std::unique_ptr<ThreadBuffer>> buffers_;                ///< guarded by registry_mutex_
+  std::unordered_map<std::uint64_t, ThreadBuffer*> by_thread_;         ///< guarded by registry_mutex_
+
+  /// Interned names: op names and error messages. Entries are never removed
+  /// or moved (deque-like chunks), so a pointer into them stays valid.
+  mutable std::mutex names_mutex_;
+  std::vector<std::unique_ptr<std::string>> names_;                   ///< guarded by names_mutex_
+  std::unordered_map<std::string_view, std::uint32_t> name_ids_;       ///< guarded by names_mutex_
+};
+
+}  // namespace ordo::detail
