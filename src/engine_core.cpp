@@ -487,7 +487,6 @@ void EngineCore::run_later(OpRecord* op) {
 }
 
 void EngineCore::dispatch(OpRecord* op, bool from_push) {
-  if (prof_ != nullptr) [[unlikely]] prof_->on_grant(op);
   ThreadState& ts = t_state;
   // Inline work made ready by a push runs at once, like a call (MXNet runs
   // async ops in the pushing thread); made ready by a completion, it is
@@ -581,7 +580,7 @@ void EngineCore::execute(OpRecord* op) {
     return;
   }
   std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
-  const std::uint64_t prof_id = op->prof_id;  // the record may be recycled once the body completes it
+  [[maybe_unused]] const std::uint64_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
@@ -620,15 +619,16 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
   release(make_error(std::move(e), op_name));
 }
 
-void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by) {
+template <bool Profiled>
+void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] const OpRecord* by) {
   auto grant = [&](AccessNode* a) {
     v->head = a->next;
     if (v->head == nullptr) v->tail = nullptr;
     OpRecord* op = a->op;
     if (live(v->error)) inherit(op, v->error);
     // acq_rel: the thread that reaches zero sees every other grant's writes.
-    if (prof_ != nullptr) [[unlikely]] {
-      if (prof_->on_grant_access(by, op, v)) ready.push(op);
+    if constexpr (Profiled) {
+      if (prof_->on_grant_access(by, op, v)) ready.push(op);  // the same decrement, and the edge
     } else if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       ready.push(op);
     }
@@ -647,17 +647,8 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* b
   }
 }
 
-void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
-  if (prof_ != nullptr) [[unlikely]] prof_->on_end(op, own_error);
-  ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
-  ErrorRecord* outcome = own_error;
-  if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
-
-  if (op->async_started) {
-    op->async_started = false;
-    async_started_.fetch_sub(1, std::memory_order_relaxed);
-  }
-  ReadyList ready;
+template <bool Profiled>
+inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
     const AccessNode& a = op->access[i];
@@ -677,9 +668,29 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty
     } else {
-      grant_waiting(v, ready, op);
+      grant_waiting<Profiled>(v, ready, op);
     }
     v->lock.unlock();
+  }
+  return deleted;
+}
+
+void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
+  ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
+  ErrorRecord* outcome = own_error;
+  if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
+
+  if (op->async_started) {
+    op->async_started = false;
+    async_started_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  ReadyList ready;
+  VarRecord* deleted = nullptr;
+  if (prof_ != nullptr) [[unlikely]] {
+    prof_->on_end(op, own_error);
+    deleted = release_accesses<true>(op, outcome, ready);
+  } else {
+    deleted = release_accesses<false>(op, outcome, ready);
   }
   if (deleted != nullptr) recycle_var(deleted);
 

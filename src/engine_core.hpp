@@ -121,6 +121,11 @@ class EngineCore {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }
   void inherit(OpRecord* op, ErrorRecord* e) const noexcept;
+  /// Completion: releases op's accesses, collects the ops they make ready;
+  /// returns the variable a delete_var op deleted. Profiled: records edges.
+  template <bool Profiled>
+  [[gnu::always_inline]] inline VarRecord* release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready);
+  template <bool Profiled>
   void grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by);
   bool all_idle() const noexcept;
   void throttle();
@@ -128,8 +133,9 @@ class EngineCore {
 
   Options opts_;
   std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
-  /// Profiling: null when off (every hook is one predictable branch on it).
-  /// Immutable after construction; owned by prof_storage_.
+  /// Profiling: null when off; every hook is one predictable branch on it
+  /// (three per op: push, start, completion). Immutable after construction;
+  /// owned by prof_storage_.
   ProfilerCore* prof_ = nullptr;
   std::unique_ptr<ProfilerCore> prof_storage_;
 

@@ -307,9 +307,6 @@ ProfileData ProfilerCore::data() const {
       case EventType::access:
         p.accesses.push_back({static_cast<std::uint32_t>(e.x), e.y != 0});
         break;
-      case EventType::grant:
-        p.grant_ns = e.t;
-        break;
       case EventType::start:
         p.start_ns = e.t;
         p.run_thread = static_cast<int>(te.thread);
@@ -337,7 +334,7 @@ ProfileData ProfilerCore::data() const {
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (failed_push[i]) continue;
     OpProfile& p = ops[i];
-    if (p.status != ProfiledStatus::unfinished && (p.grant_ns < 0 || p.start_ns < 0 || p.end_ns < 0)) {
+    if (p.status != ProfiledStatus::unfinished && (p.start_ns < 0 || p.end_ns < 0)) {
       p.status = ProfiledStatus::unfinished;
     }
     order.push_back(i);
@@ -363,6 +360,32 @@ ProfileData ProfilerCore::data() const {
   std::sort(out.edges.begin(), out.edges.end(), [](const DependencyEdge& a, const DependencyEdge& b) {
     return a.to != b.to ? a.to < b.to : a.time_ns < b.time_ns;
   });
+  // An op became ready at its last grant: at its push (every access granted
+  // at once) or at the edge that released it. When a grant raced with the
+  // push (the push's own decrement made it ready), no edge says "released":
+  // the latest one is what the op waited for.
+  for (OpProfile& p : out.ops) {
+    if (p.kind != ProfiledKind::wait_for_all) p.grant_ns = p.push_ns;
+  }
+  for (std::size_t first = 0; first < out.edges.size();) {
+    std::size_t last = first;
+    std::size_t released = out.edges.size();
+    for (; last < out.edges.size() && out.edges[last].to == out.edges[first].to; ++last) {
+      if (out.edges[last].released) released = last;
+    }
+    if (released == out.edges.size()) {
+      released = last - 1;  // sorted by time
+      out.edges[released].released = true;
+    }
+    OpProfile& to = out.ops[out.edges[first].to - 1];
+    to.grant_ns = std::max(to.grant_ns, out.edges[released].time_ns);
+    first = last;
+  }
+  for (OpProfile& p : out.ops) {
+    // Clocks are read just after the events they stamp: keep the order the
+    // events had (start is taken after the op was dispatched).
+    if (p.start_ns >= 0) p.grant_ns = std::min(p.grant_ns, p.start_ns);
+  }
   return out;
 }
 

@@ -32,11 +32,11 @@ namespace ordo::detail {
 enum class EventType : std::uint8_t {
   push,      ///< op: id, t = push; x = packed attributes, y = name id
   access,    ///< op: id; x = var id, y = 1 for a write
-  grant,     ///< op: id, t = became ready
   start,     ///< op: id, t = began to run (or to be skipped)
   body_end,  ///< op: id, t = async body returned
   end,       ///< op: id, t = finished; y = ProfiledStatus, x = error message id
-  edge,      ///< op: `to` id, x = `from` id, y = var id, flags = 1 if it released `to`
+  edge,      ///< op: `to` id, t = granted, x = `from` id, y = var id, flags = 1 if it released `to`
+             ///< (an op's grant time is that of its last edge, or its push: no hook in dispatch)
   wait_all,  ///< op: id, t = wait_for_all called, x = its return time
   push_failed,  ///< op: id: the push threw after its push event (deleted variable)
 };
@@ -90,7 +90,6 @@ class ProfilerCore {
   // Hooks (engine side). op->engine is the profiled engine.
   void on_push(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept;
   void on_push_failed(const OpRecord* op) noexcept { record(EventType::push_failed, op->prof_id, now(), 0, 0, 0); }
-  void on_grant(const OpRecord* op) noexcept { record(EventType::grant, op->prof_id, now(), 0, 0, 0); }
   void on_start(const OpRecord* op) noexcept { record(EventType::start, op->prof_id, now(), 0, 0, 0); }
   void on_body_end(std::uint64_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
   void on_end(const OpRecord* op, const ErrorRecord* own_error) noexcept;

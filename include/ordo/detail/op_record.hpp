@@ -79,12 +79,13 @@ struct OpRecord {
   OperatorRecord* oper = nullptr;
   void* aux = nullptr;  ///< wait_var: the waiting thread's state
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
-  /// Profiling on only: the op's id in the profile (set by the push, before
-  /// the op can be granted; read by the hooks of every later event).
-  std::uint64_t prof_id = 0;
   AccessNode* access = inline_access;
   AccessNode inline_access[kInlineAccess];
   OpFn fn;
+  /// Profiling on only: the op's id in the profile (set by the push, before
+  /// the op can be granted; read by the hooks of every later event). Last,
+  /// so that the fields the hot path touches keep their offsets.
+  std::uint64_t prof_id = 0;
 
   [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
 };
