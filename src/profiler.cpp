@@ -110,24 +110,24 @@ void ProfilerCore::record(EventType type, std::uint64_t op, std::int64_t t, std:
   ThreadBuffer* b = buffer();
   if (b == nullptr) return;
   std::lock_guard lock(b->lock);
-  const std::size_t chunk = b->count / kChunkEvents;
-  if (chunk == b->chunks.size()) {
-    // A new chunk, if the budget has one (relaxed: a counter, nothing to publish).
-    if (chunks_left_.fetch_sub(1, std::memory_order_relaxed) <= 0) {
-      chunks_left_.fetch_add(1, std::memory_order_relaxed);
-      ++b->dropped;
-      return;
-    }
-    try {
-      b->chunks.emplace_back(new EventChunk);
-    } catch (...) {
-      chunks_left_.fetch_add(1, std::memory_order_relaxed);
-      ++b->dropped;
-      return;
-    }
+  append(b, Event{t, op, x, y, type, flags});
+}
+
+bool ProfilerCore::grow(ThreadBuffer* b) noexcept {
+  // A new chunk, if the budget has one (relaxed: a counter, nothing to publish).
+  if (chunks_left_.fetch_sub(1, std::memory_order_relaxed) <= 0) {
+    chunks_left_.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
-  b->chunks[chunk]->ev[b->count % kChunkEvents] = Event{t, op, x, y, type, flags};
-  ++b->count;
+  try {
+    b->chunks.emplace_back(new EventChunk);
+  } catch (...) {
+    chunks_left_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  b->next = b->chunks.back()->ev;
+  b->limit = b->next + kChunkEvents;
+  return true;
 }
 
 std::uint32_t ProfilerCore::intern_string(std::string_view s) noexcept {
@@ -184,9 +184,11 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
       kind = ProfiledKind::post;
       break;
   }
-  record(EventType::push, op->prof_id, t, pack(kind, op), intern(b, op->name), 0);
+  const std::uint32_t name = intern(b, op->name);
+  std::lock_guard lock(b->lock);  // once for the push and its accesses
+  append(b, Event{t, op->prof_id, pack(kind, op), name, EventType::push, 0});
   for (std::size_t i = 0; i < n; ++i) {
-    record(EventType::access, op->prof_id, t, specs[i].var->id, specs[i].write ? 1 : 0, 0);
+    append(b, Event{t, op->prof_id, specs[i].var->id, specs[i].write ? 1U : 0U, EventType::access, 0});
   }
 }
 
@@ -201,10 +203,22 @@ void ProfilerCore::on_end(const OpRecord* op, const ErrorRecord* own_error) noex
     } catch (...) {
       message = kNoMessage;
     }
-  } else if (op->error.load(std::memory_order_acquire) != nullptr && !op->always_run) {
-    status = ProfiledStatus::skipped;
+  } else if (const ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
+             inherited != nullptr && !op->always_run) {
+    // Skipped because of this error; a wait_for_var is not skipped: it
+    // finished, and its caller rethrows the error.
+    status = op->kind == OpKind::wait_var ? ProfiledStatus::ok : ProfiledStatus::skipped;
+    try {
+      message = intern_string(describe(inherited->exception));
+    } catch (...) {
+      message = kNoMessage;
+    }
   }
-  record(EventType::end, op->prof_id, t, message, static_cast<std::uint32_t>(status), 0);
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  b->last_end = t;  // the time of the grants this completion makes next (on_grant_access)
+  std::lock_guard lock(b->lock);
+  append(b, Event{t, op->prof_id, message, static_cast<std::uint32_t>(status), EventType::end, 0});
 }
 
 void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
@@ -236,6 +250,7 @@ void ProfilerCore::clear() {
       chunks.swap(b->chunks);
       b->count = 0;
       b->dropped = 0;
+      b->next = b->limit = nullptr;
     }
     chunks_left_.fetch_add(static_cast<std::int64_t>(chunks.size()), std::memory_order_relaxed);
   }

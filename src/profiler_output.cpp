@@ -333,7 +333,9 @@ void write_dot_graph(std::ostream& os, const ProfileData& d, const DotOptions& o
     const OpProfile& p = d.ops[i];
     std::ostringstream label;  // (not string operator+: g++ 12 warns falsely about it at -O3)
     label << '#' << p.id << ' ' << display_name(p) << '\n' << to_string(p.kind) << ' ' << ctx_name(p.ctx);
-    if (finished(p)) label << ' ' << human(p.end_ns - p.start_ns);
+    if (finished(p)) {
+      label << ' ' << human(p.end_ns - (p.kind == ProfiledKind::wait_for_var ? p.push_ns : p.start_ns));
+    }
     if (p.status != ProfiledStatus::ok) label << '\n' << to_string(p.status);
     if (!p.error.empty()) label << ": " << p.error;
     os << "  n" << p.id << " [label=\"" << dot_escape(label.str()) << "\"";
@@ -374,7 +376,8 @@ ProfileSummary summarize(const ProfileData& d) {
     ++a.stats.count;
     if (p.status == ProfiledStatus::failed) ++a.stats.failed;
     if (p.status == ProfiledStatus::skipped) ++a.stats.skipped;
-    a.runs.push_back(p.end_ns - p.start_ns);
+    // A wait_for_var's run time is the time its caller was blocked (as drawn in the trace).
+    a.runs.push_back(p.end_ns - (p.kind == ProfiledKind::wait_for_var ? p.push_ns : p.start_ns));
     a.wait += p.grant_ns - p.push_ns;
     a.queue += p.start_ns - p.grant_ns;
   }

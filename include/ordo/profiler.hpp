@@ -65,7 +65,8 @@ struct OpProfile {
   Context ctx{};
   int priority = 0;
   ProfiledStatus status = ProfiledStatus::unfinished;
-  std::string error;        ///< failed: what() of the exception
+  std::string error;        ///< what() of the exception: failed: its own; skipped: the one that skipped it;
+                            ///< wait_for_var (status ok): the one its caller rethrew
   std::int64_t push_ns = -1;   ///< the push call registered the op's accesses
   std::int64_t grant_ns = -1;  ///< its last access was granted: it became ready
   std::int64_t start_ns = -1;  ///< a thread began to run it (body called, or skip started)
@@ -95,7 +96,8 @@ struct ProfileData {
   std::uint64_t dropped_events = 0;  ///< events not recorded because ProfileOptions::max_events was reached
 };
 
-/// Per-name statistics of ProfileSummary. Run time = end - start.
+/// Per-name statistics of ProfileSummary. Run time = end - start, except for
+/// wait_for_var: end - push (how long its caller was blocked).
 struct OpStats {
   std::string name;             ///< op name ("(unnamed)" for ops without one)
   std::uint64_t count = 0;      ///< finished ops (ok + failed + skipped)

@@ -38,7 +38,7 @@ std::string kind_name(const ::testing::TestParamInfo<EngineKind>& info) { return
 const std::map<std::string, int> kMixedOps = {
     {"load", 1},  {"twice", 1},   {"plus", 1},         {"sum", 1},          {"fetch", 1},
     {"after_fetch", 1}, {"boom", 1}, {"skip_me", 1},   {"op_inc", 2},       {"posted", 1},
-    {"coro_fn", 1}, {"coro_lease", 1}, {"wait_for_var", 2}, {"delete_variable", 1}, {"wait_for_all", 1},
+    {"coro_fn", 1}, {"coro_lease", 1}, {"wait_for_var", 3}, {"delete_variable", 1}, {"wait_for_all", 1},
 };
 
 /// A small run with every kind of op: sync ops in a diamond, an async op
@@ -92,8 +92,9 @@ void run_mixed(Engine& engine) {
 
   engine.wait_for_var(d);
   engine.wait_for_var(f);
+  EXPECT_THROW(engine.wait_for_var(h), std::runtime_error);  // boom!, through skip_me
   engine.delete_variable(x);
-  EXPECT_THROW(engine.wait_for_all(), std::runtime_error);  // boom!
+  engine.wait_for_all();
   completer.join();
   EXPECT_EQ(vd, 6);  // (2 + 2) + 2 increments
 }
@@ -201,6 +202,7 @@ TEST_P(ProfilerKinds, TraceHasEveryOpOnceWithConsistentTimes) {
     if (from.name == "fetch" && to.name == "after_fetch" && e.released) fetch_released_after_fetch = true;
   }
   EXPECT_TRUE(fetch_released_after_fetch);
+  int waits_rethrowing = 0;
   for (const OpProfile& p : data.ops) {
     SCOPED_TRACE(p.name);
     if (p.name == "fetch") {
@@ -214,13 +216,18 @@ TEST_P(ProfilerKinds, TraceHasEveryOpOnceWithConsistentTimes) {
       EXPECT_EQ(p.kind, ProfiledKind::post);
       EXPECT_TRUE(p.accesses.empty());
     }
-    if (p.name == "boom") {
+    if (p.name == "boom" || p.name == "skip_me") {
       EXPECT_EQ(p.error, "boom!");
+    }
+    if (p.kind == ProfiledKind::wait_for_var) {
+      EXPECT_EQ(p.status, ProfiledStatus::ok);  // a wait finishes; its caller rethrows
+      waits_rethrowing += p.error == "boom!" ? 1 : 0;
     }
     if (p.name == "sum") {
       ASSERT_EQ(p.accesses.size(), 3U);
     }
   }
+  EXPECT_EQ(waits_rethrowing, 1) << "wait_for_var(h) carries the error it rethrew";
 }
 
 TEST_P(ProfilerKinds, SummaryCountsPerName) {
