@@ -1,6 +1,7 @@
 // The profiler (ordo/profiler.hpp): the Chrome trace read back with a strict
 // JSON parser, the DOT graph of a known dependency graph, the summary, the
 // memory bound, the options and the misuse errors, on every engine kind.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -156,6 +157,27 @@ TEST_P(ProfilerKinds, TraceHasEveryOpOnceWithConsistentTimes) {
     ++names[ev["name"].string()];
   }
   EXPECT_EQ(names, kMixedOps);
+
+  // Slices on one track nest properly (each one inside or after the one
+  // before), as trace viewers require: body slices of async ops included.
+  std::map<std::pair<double, double>, std::vector<std::pair<double, double>>> tracks;
+  for (const json::Value& ev : events) {
+    if (ev["ph"].string() != "X") continue;
+    tracks[{ev["pid"].number(), ev["tid"].number()}].push_back({ev["ts"].number(), ev["ts"].number() + ev["dur"].number()});
+  }
+  for (auto& [track, slices] : tracks) {
+    std::sort(slices.begin(), slices.end(), [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first < y.first : x.second > y.second;
+    });
+    std::vector<double> open;  // ends of the enclosing slices
+    for (const auto& [begin, end] : slices) {
+      while (!open.empty() && open.back() <= begin + 1e-6) open.pop_back();
+      if (!open.empty()) {
+        EXPECT_LE(end, open.back() + 1e-6) << "overlapping slices on track " << track.first << "/" << track.second;
+      }
+      open.push_back(end);
+    }
+  }
 
   for (const auto& [id, op] : ops) {
     SCOPED_TRACE(op.name);
