@@ -675,6 +675,12 @@ inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcom
   return deleted;
 }
 
+VarRecord* EngineCore::release_accesses_profiled(OpRecord* op, ErrorRecord* own_error, ErrorRecord* outcome,
+                                                 ReadyList& ready) {
+  prof_->on_end(op, own_error);
+  return release_accesses<true>(op, outcome, ready);
+}
+
 void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
   ErrorRecord* outcome = own_error;
@@ -687,8 +693,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   ReadyList ready;
   VarRecord* deleted = nullptr;
   if (prof_ != nullptr) [[unlikely]] {
-    prof_->on_end(op, own_error);
-    deleted = release_accesses<true>(op, outcome, ready);
+    deleted = release_accesses_profiled(op, own_error, outcome, ready);
   } else {
     deleted = release_accesses<false>(op, outcome, ready);
   }

@@ -127,6 +127,10 @@ class EngineCore {
   [[gnu::always_inline]] inline VarRecord* release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready);
   template <bool Profiled>
   void grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by);
+  /// The profiled completion (records the end and every grant), out of line
+  /// so that the unprofiled one keeps its code.
+  [[gnu::noinline, gnu::cold]] VarRecord* release_accesses_profiled(OpRecord* op, ErrorRecord* own_error,
+                                                                   ErrorRecord* outcome, ReadyList& ready);
   bool all_idle() const noexcept;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;

@@ -192,6 +192,29 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
   }
 }
 
+void ProfilerCore::on_push_failed(const OpRecord* op) noexcept {
+  record(EventType::push_failed, op->prof_id, now(), 0, 0, 0);
+}
+
+void ProfilerCore::on_start(const OpRecord* op) noexcept { record(EventType::start, op->prof_id, now(), 0, 0, 0); }
+
+void ProfilerCore::on_body_end(std::uint64_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
+
+bool ProfilerCore::on_grant_access(const OpRecord* from, OpRecord* to, const VarRecord* var) noexcept {
+  // Read to's id before the decrement, after which another grant may run,
+  // finish and recycle it.
+  const std::uint64_t to_id = to->prof_id;
+  const bool released = to->wait.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  // Stamped with from's end (on_end just ran on this thread): one clock
+  // read less per dependency; the grant is part of that completion.
+  ThreadBuffer* b = buffer();
+  if (b != nullptr) {
+    std::lock_guard lock(b->lock);
+    append(b, Event{b->last_end, to_id, from->prof_id, var->id, EventType::edge, released ? std::uint8_t{1} : std::uint8_t{0}});
+  }
+  return released;
+}
+
 void ProfilerCore::on_end(const OpRecord* op, const ErrorRecord* own_error) noexcept {
   const std::int64_t t = now();
   ProfiledStatus status = ProfiledStatus::ok;
