@@ -580,7 +580,7 @@ void EngineCore::execute(OpRecord* op) {
     return;
   }
   std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
-  [[maybe_unused]] const std::uint64_t prof_id = op->prof_id;  // the record may be recycled once completed
+  [[maybe_unused]] const std::uint32_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);

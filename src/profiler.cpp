@@ -159,6 +159,16 @@ std::uint32_t ProfilerCore::intern(ThreadBuffer* b, const char* name) noexcept {
   return id;
 }
 
+std::uint32_t ProfilerCore::new_id(ThreadBuffer* b) noexcept {
+  if (b->next_id == b->id_limit) {
+    // relaxed: a counter; ids only need to be distinct.
+    b->next_id = next_id_block_.fetch_add(kIdBlock, std::memory_order_relaxed);
+    if (b->next_id == 0) b->next_id = 1;  // wrapped around (after 4 G ops): 0 means "no id"
+    b->id_limit = b->next_id + kIdBlock - 1;
+  }
+  return b->next_id++;
+}
+
 void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
   const std::int64_t t = now();
   ThreadBuffer* b = buffer();
@@ -166,7 +176,7 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
     op->prof_id = 0;
     return;
   }
-  op->prof_id = (static_cast<std::uint64_t>(b->index + 1) << 40) | ++b->next_seq;
+  op->prof_id = new_id(b);
   ProfiledKind kind = ProfiledKind::sync;
   switch (op->kind) {
     case OpKind::fn:
@@ -198,7 +208,7 @@ void ProfilerCore::on_push_failed(const OpRecord* op) noexcept {
 
 void ProfilerCore::on_start(const OpRecord* op) noexcept { record(EventType::start, op->prof_id, now(), 0, 0, 0); }
 
-void ProfilerCore::on_body_end(std::uint64_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
+void ProfilerCore::on_body_end(std::uint32_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
 
 bool ProfilerCore::on_grant_access(const OpRecord* from, OpRecord* to, const VarRecord* var) noexcept {
   // Read to's id before the decrement, after which another grant may run,
@@ -247,7 +257,7 @@ void ProfilerCore::on_end(const OpRecord* op, const ErrorRecord* own_error) noex
 void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
   ThreadBuffer* b = buffer();
   if (b == nullptr) return;
-  const std::uint64_t id = (static_cast<std::uint64_t>(b->index + 1) << 40) | ++b->next_seq;
+  const std::uint64_t id = new_id(b);
   record(EventType::wait_all, id, called, static_cast<std::uint64_t>(now()), 0, 0);
 }
 

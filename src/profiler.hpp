@@ -52,6 +52,7 @@ struct Event {
 };
 
 inline constexpr std::size_t kChunkEvents = 1024;
+inline constexpr std::uint32_t kIdBlock = 4096;
 
 struct EventChunk {
   Event ev[kChunkEvents];
@@ -67,7 +68,8 @@ struct ThreadBuffer {
   Event* limit = nullptr;        ///< end of the last chunk
   std::uint64_t dropped = 0;     ///< events refused: no chunk left in the budget
   // Owner thread only (never read by others).
-  std::uint64_t next_seq = 0;    ///< op ids: (index + 1) << 40 | ++next_seq
+  std::uint32_t next_id = 0;     ///< op ids: next_id++ while below id_limit, then a new block
+  std::uint32_t id_limit = 0;
   std::int64_t last_end = 0;     ///< time of the last end event: stamps the edges of that completion
   struct NameCache {
     const char* ptr = nullptr;
@@ -95,7 +97,7 @@ class ProfilerCore {
   // Out of line (src/profiler.cpp): the engine's call sites stay one branch and a call.
   void on_push_failed(const OpRecord* op) noexcept;
   void on_start(const OpRecord* op) noexcept;
-  void on_body_end(std::uint64_t id) noexcept;
+  void on_body_end(std::uint32_t id) noexcept;
   void on_end(const OpRecord* op, const ErrorRecord* own_error) noexcept;
   /// Grants `to` its access to `var`, released by `from`'s completion (the
   /// engine's decrement of `to->wait`, acq_rel as there), and records the
@@ -129,6 +131,7 @@ class ProfilerCore {
   bool grow(ThreadBuffer* b) noexcept;
   std::uint32_t intern(ThreadBuffer* b, const char* name) noexcept;
   std::uint32_t intern_string(std::string_view s) noexcept;
+  std::uint32_t new_id(ThreadBuffer* b) noexcept;
 
   ProfileOptions opts_;
   const void* engine_;  ///< the EngineCore, to name its workers' tracks
@@ -137,6 +140,9 @@ class ProfilerCore {
   /// Chunks any buffer may still take (the memory bound). A buffer takes one
   /// with fetch_sub when its last one is full; clear() gives them all back.
   std::atomic<std::int64_t> chunks_left_;
+  /// Op ids are handed to threads in blocks of kIdBlock (one atomic add per
+  /// block, not per push); 0 is never an id. 32 bits: 4 G ops per profile.
+  std::atomic<std::uint32_t> next_id_block_{1};
 
   mutable std::mutex registry_mutex_;
   std::vector<std::unique_ptr<ThreadBuffer>> buffers_;                ///< guarded by registry_mutex_

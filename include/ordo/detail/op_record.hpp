@@ -66,6 +66,10 @@ struct OpRecord {
   /// thread before the body runs, read by the completing one (ordered by the
   /// OnComplete hand-off).
   bool async_started = false;
+  /// Profiling on only: the op's id in the profile (set by the push, before
+  /// the op can be granted; read by the hooks of every later event). In the
+  /// padding before `error`: the record keeps its size and layout.
+  std::uint32_t prof_id = 0;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
@@ -82,10 +86,6 @@ struct OpRecord {
   AccessNode* access = inline_access;
   AccessNode inline_access[kInlineAccess];
   OpFn fn;
-  /// Profiling on only: the op's id in the profile (set by the push, before
-  /// the op can be granted; read by the hooks of every later event). Last,
-  /// so that the fields the hot path touches keep their offsets.
-  std::uint64_t prof_id = 0;
 
   [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
 };
