@@ -28,8 +28,9 @@ struct ErrorReport {
 /// The profiler (ordo/profiler.hpp, docs/profiler.md). Off by default.
 struct ProfileOptions {
   bool enabled = false;  ///< record every op; read it through Engine::profiler()
-  /// Memory bound: events kept at most (32 bytes each; an op takes about 5
-  /// plus one per variable). Rounded up to whole 1024-event chunks. When it
+  /// Memory bound: events kept at most (32 bytes each; an op takes 3, 4 if
+  /// async, plus one per variable and one per dependency that made it wait).
+  /// Rounded up to whole 1024-event chunks. When it
   /// is reached, later events are dropped and counted (dropped_events() in
   /// the summary, the trace and ProfileData): the profile keeps the start of
   /// the run. clear() frees the memory and starts again.
