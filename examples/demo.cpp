@@ -1,9 +1,16 @@
 // demo: ops running in parallel where they may and in dependency order where
 // they must. Prints which worker ran what, and when.
+//
+//   demo [--trace out.json] [--dot graph.dot]
+//     --trace: profile the run and write a Chrome / Perfetto trace (open it in
+//              ui.perfetto.dev); ORDO_PROFILE=out.json does the same
+//     --dot:   profile the run and write the dependency graph as Graphviz DOT
 #include <ordo/ordo.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,8 +29,23 @@ void work(std::chrono::milliseconds d) {
 
 }  // namespace
 
-int main() {
-  ordo::Engine engine;  // per_device engine, one CPU worker per core
+int main(int argc, char** argv) {
+  // Options{} plus the environment (ORDO_ENGINE, ORDO_PROFILE, ...), plus the flags.
+  ordo::Options options = ordo::Options::from_env();
+  std::string dot_path;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
+      options.profile.enabled = true;
+      options.profile.trace_path = argv[++i];  // written when the engine is destroyed
+    } else if (std::strcmp(argv[i], "--dot") == 0 && i + 1 < argc) {
+      options.profile.enabled = true;
+      dot_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--trace out.json] [--dot graph.dot]\n", argv[0]);
+      return 2;
+    }
+  }
+  ordo::Engine engine(options);  // per_device engine by default, one CPU worker per core
   const auto t0 = Clock::now();
   std::mutex log_mutex;
   auto log = [&](const char* what, const ordo::RunContext& rc) {
@@ -64,7 +86,7 @@ int main() {
             const std::string what = "chain " + std::to_string(k) + " step " + std::to_string(step);
             log(what.c_str(), rc);
           },
-          cpu, {}, {chains[static_cast<std::size_t>(k)]});
+          cpu, {}, {chains[static_cast<std::size_t>(k)]}, {.name = "chain step"});
     }
   }
   engine.wait_for_all();
@@ -85,6 +107,17 @@ int main() {
     std::printf("\nwait_for_var(f) rethrew the error of read_sensor: %s\n", err.what());
   }
   engine.wait_for_all();
+  if (engine.profiler().enabled()) {
+    std::cout << "\nprofile (ordo/profiler.hpp):\n" << engine.profiler().summary();
+    if (!dot_path.empty()) {
+      engine.profiler().write_dot(dot_path);
+      std::printf("dependency graph written to %s (dot -Tsvg %s -o graph.svg)\n", dot_path.c_str(), dot_path.c_str());
+    }
+    if (!options.profile.trace_path.empty()) {
+      std::printf("trace: %s, written when the engine is destroyed; open it in https://ui.perfetto.dev\n",
+                  options.profile.trace_path.c_str());
+    }
+  }
   std::printf("%s\n", ok ? "demo OK" : "demo FAILED");
   return ok ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 // src/engine.cpp - ordo::Engine, a thin handle over detail::EngineCore.
 #include "ordo/engine.hpp"
 
+#include <cstdio>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,7 +25,17 @@ void abandon(detail::EngineCore* core) {
 Engine::Engine(Options options) : core_(std::make_unique<detail::EngineCore>(std::move(options))) {}
 
 Engine::~Engine() {
-  if (core_ && !core_->shutdown()) abandon(core_.release());
+  if (!core_) return;
+  const bool drained = core_->shutdown();
+  if (const std::string& path = core_->options().profile.trace_path;
+      core_->profiler() != nullptr && !path.empty()) {
+    try {
+      profiler().write_chrome_trace(path);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ordo: the profiler could not write its trace: %s\n", e.what());
+    }
+  }
+  if (!drained) abandon(core_.release());
 }
 
 Var Engine::new_variable() { return core_->new_variable(); }
@@ -160,6 +172,7 @@ std::uint64_t Engine::var_version(Var var) const { return core_->var_version(var
 std::size_t Engine::in_flight() const noexcept { return core_->in_flight(); }
 std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
 const Options& Engine::options() const noexcept { return core_->options(); }
+Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler()); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {

@@ -65,6 +65,10 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }
   low_water_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
+  if (opts_.profile.enabled) {
+    prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
+    prof_ = prof_storage_.get();
+  }
   switch (opts_.kind) {
     case EngineKind::naive:
       break;
@@ -316,6 +320,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     throttle();
   }
   in_flight_.fetch_add(1, std::memory_order_relaxed);
+  if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
 
   // Lock every variable in address order (the global lock order), so the
   // whole push is one atomic step with respect to every other push.
@@ -324,6 +329,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     v->lock.lock();
     if (v->gen != specs[i].gen) [[unlikely]] {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
+      if (prof_ != nullptr) prof_->on_push_failed(op);
       op_finished();
       throw Error(Errc::deleted_var,
                   "push of " + op_label(attrs.name) + ": var " + std::to_string(v->id) + " was deleted");
@@ -565,6 +571,7 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
 }
 
 void EngineCore::execute(OpRecord* op) {
+  if (prof_ != nullptr) [[unlikely]] prof_->on_start(op);
   ThreadState& ts = t_state;
   if (op->kind == OpKind::wait_var) {
     auto* waiter = static_cast<VarWaiter*>(op->aux);
@@ -605,6 +612,7 @@ void EngineCore::execute(OpRecord* op) {
     return;
   }
   std::uint64_t gen = op->gen.load(std::memory_order_relaxed);
+  [[maybe_unused]] const std::uint32_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
@@ -615,6 +623,7 @@ void EngineCore::execute(OpRecord* op) {
     thrown = std::current_exception();
   }
   ts.running = outer;
+  if (prof_ != nullptr) [[unlikely]] prof_->on_body_end(prof_id);
   // acq_rel pairs with the CAS in complete(): exactly one side frees the record.
   const std::uint8_t state = op->body.exchange(0, std::memory_order_acq_rel);
   if (thrown) {
@@ -642,14 +651,19 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
   release(make_error(std::move(e), op_name));
 }
 
-void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
+template <bool Profiled>
+void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] const OpRecord* by) {
   auto grant = [&](AccessNode* a) {
     v->head = a->next;
     if (v->head == nullptr) v->tail = nullptr;
     OpRecord* op = a->op;
     if (live(v->error)) inherit(op, v->error);
     // acq_rel: the thread that reaches zero sees every other grant's writes.
-    if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(op);
+    if constexpr (Profiled) {
+      if (prof_->on_grant_access(by, op, v)) ready.push(op);  // the same decrement, and the edge
+    } else if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      ready.push(op);
+    }
   };
   if (v->write_running || v->head == nullptr) return;
   if (v->head->write()) {
@@ -665,16 +679,8 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready) {
   }
 }
 
-void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
-  ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
-  ErrorRecord* outcome = own_error;
-  if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
-
-  if (op->async_started) {
-    op->async_started = false;
-    async_started_.fetch_sub(1, std::memory_order_relaxed);
-  }
-  ReadyList ready;
+template <bool Profiled>
+inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
     const AccessNode& a = op->access[i];
@@ -694,9 +700,34 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty
     } else {
-      grant_waiting(v, ready);
+      grant_waiting<Profiled>(v, ready, op);
     }
     v->lock.unlock();
+  }
+  return deleted;
+}
+
+VarRecord* EngineCore::release_accesses_profiled(OpRecord* op, ErrorRecord* own_error, ErrorRecord* outcome,
+                                                 ReadyList& ready) {
+  prof_->on_end(op, own_error);
+  return release_accesses<true>(op, outcome, ready);
+}
+
+void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
+  ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
+  ErrorRecord* outcome = own_error;
+  if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
+
+  if (op->async_started) {
+    op->async_started = false;
+    async_started_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  ReadyList ready;
+  VarRecord* deleted = nullptr;
+  if (prof_ != nullptr) [[unlikely]] {
+    deleted = release_accesses_profiled(op, own_error, outcome, ready);
+  } else {
+    deleted = release_accesses<false>(op, outcome, ready);
   }
   if (deleted != nullptr) recycle_var(deleted);
 
@@ -828,6 +859,7 @@ void EngineCore::wait_for_all() {
     throw Error(Errc::wait_inside_op, "wait_for_all called from inside " + op_label(ts.running->name) +
                                           " of the same engine: it would wait for itself");
   }
+  const std::int64_t called = prof_ != nullptr ? prof_->now() : 0;
   {
     std::unique_lock lock(idle_mutex_);
     idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -838,6 +870,7 @@ void EngineCore::wait_for_all() {
   // kernels) has finished; wait for it too, and report its unobserved failure.
   FenceGate* const gate = gate_.load(std::memory_order_acquire);
   if (gate != nullptr) [[unlikely]] gate->wait_idle();
+  if (prof_ != nullptr) prof_->on_wait_all(called);
   std::exception_ptr first;
   {
     std::lock_guard lock(error_mutex_);

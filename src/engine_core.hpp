@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ordo/engine.hpp"
+#include "profiler.hpp"
 #include "records.hpp"
 #include "worker_pool.hpp"
 
@@ -93,6 +94,8 @@ class EngineCore {
   std::size_t pending_errors();
 
   const Options& options() const noexcept { return opts_; }
+  /// The profiler, or null when profiling is off (Options::profile).
+  ProfilerCore* profiler() const noexcept { return prof_; }
   void flush_finished() noexcept;
   void worker_idle() noexcept;
 
@@ -122,7 +125,16 @@ class EngineCore {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }
   void inherit(OpRecord* op, ErrorRecord* e) const noexcept;
-  void grant_waiting(VarRecord* v, ReadyList& ready);
+  /// Completion: releases op's accesses, collects the ops they make ready;
+  /// returns the variable a delete_var op deleted. Profiled: records edges.
+  template <bool Profiled>
+  [[gnu::always_inline]] inline VarRecord* release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready);
+  template <bool Profiled>
+  void grant_waiting(VarRecord* v, ReadyList& ready, const OpRecord* by);
+  /// The profiled completion (records the end and every grant), out of line
+  /// so that the unprofiled one keeps its code.
+  [[gnu::noinline, gnu::cold]] VarRecord* release_accesses_profiled(OpRecord* op, ErrorRecord* own_error,
+                                                                   ErrorRecord* outcome, ReadyList& ready);
   bool all_idle() const noexcept;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
@@ -134,6 +146,11 @@ class EngineCore {
   /// was installed, and those happen-before the dispatches that must see them.
   std::atomic<FenceGate*> gate_{nullptr};
   std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
+  /// Profiling: null when off; every hook is one predictable branch on it
+  /// (three per op: push, start, completion). Immutable after construction;
+  /// owned by prof_storage_.
+  ProfilerCore* prof_ = nullptr;
+  std::unique_ptr<ProfilerCore> prof_storage_;
 
   // Pools (immutable after construction, except lazily created device pools).
   std::unique_ptr<WorkerPool> cpu_;

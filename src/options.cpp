@@ -58,6 +58,21 @@ Options Options::from_env(Options base) {
   read_number("ORDO_CPU_PRIORITY_WORKERS", base.cpu_priority_workers);
   read_number("ORDO_IO_WORKERS", base.io_workers);
   read_number("ORDO_MAX_IN_FLIGHT", base.max_in_flight);
+  if (const char* profile = std::getenv("ORDO_PROFILE"); profile != nullptr) {
+    const std::string_view p(profile);
+    if (p.empty()) {
+      throw Error(Errc::invalid_argument, "ORDO_PROFILE is empty: give 0, 1 or the path of a trace file");
+    }
+    if (p == "0" || p == "off") {
+      base.profile.enabled = false;
+    } else if (p == "1" || p == "on") {
+      base.profile.enabled = true;
+    } else {
+      base.profile.enabled = true;
+      base.profile.trace_path = std::string(p);
+    }
+  }
+  read_number("ORDO_PROFILE_MAX_EVENTS", base.profile.max_events);
   return base;
 }
 

@@ -24,6 +24,7 @@
 #include "ordo/fence.hpp"
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
+#include "ordo/profiler.hpp"
 #include "ordo/var.hpp"
 
 namespace ordo {
@@ -222,6 +223,9 @@ class Engine {
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
+  /// The engine's profiler (ordo/profiler.hpp): a handle whose members throw
+  /// unless Options::profile.enabled was set.
+  [[nodiscard]] Profiler profiler() const noexcept;
 
   /// Advanced (ordo/fence.hpp): installs `gate` (null removes it). The gpu
   /// layer does this; install before pushing ops that set fences, remove

@@ -25,6 +25,21 @@ struct ErrorReport {
   std::string message{};   ///< what() of the exception, or a description
 };
 
+/// The profiler (ordo/profiler.hpp, docs/profiler.md). Off by default.
+struct ProfileOptions {
+  bool enabled = false;  ///< record every op; read it through Engine::profiler()
+  /// Memory bound: events kept at most (32 bytes each; an op takes 3, 4 if
+  /// async, plus one per variable and one per dependency that made it wait).
+  /// Rounded up to whole 1024-event chunks. When it
+  /// is reached, later events are dropped and counted (dropped_events() in
+  /// the summary, the trace and ProfileData): the profile keeps the start of
+  /// the run. clear() frees the memory and starts again.
+  std::size_t max_events = std::size_t{1} << 20;
+  /// When not empty, the engine's destructor writes the Chrome trace here
+  /// (after draining); a failure is reported on stderr (the destructor never throws).
+  std::string trace_path{};
+};
+
 /// Engine configuration. Every field has a sensible default; `Options{}` gives
 /// the per-device engine with one CPU worker per core.
 struct Options {
@@ -52,10 +67,15 @@ struct Options {
   /// Called (from the destroying thread) for every error that no wait
   /// rethrew. Default: print one line per error to stderr.
   std::function<void(const ErrorReport&)> on_unobserved_error{};
+  /// The profiler: off unless profile.enabled.
+  ProfileOptions profile{};
 
   /// Returns `base` with any of these environment variables applied:
   /// ORDO_ENGINE (naive|pooled|per_device), ORDO_CPU_WORKERS,
-  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT.
+  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT,
+  /// ORDO_PROFILE (0|off: profiling off; 1|on: on; anything else: on, and the
+  /// path of the Chrome trace written when the engine is destroyed),
+  /// ORDO_PROFILE_MAX_EVENTS.
   /// A malformed value throws ordo::Error{Errc::invalid_argument} naming it.
   /// The library never reads the environment anywhere else.
   [[nodiscard]] static Options from_env(Options base);

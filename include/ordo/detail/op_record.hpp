@@ -71,6 +71,10 @@ struct OpRecord {
   /// Released by a FenceGate (ordo/fence.hpp): set by HeldOp::release just
   /// before its dispatch, which clears it. Only touched with a gate installed.
   bool fence_released = false;
+  /// Profiling on only: the op's id in the profile (set by the push, before
+  /// the op can be granted; read by the hooks of every later event). In the
+  /// padding before `error`: the record keeps its size and layout.
+  std::uint32_t prof_id = 0;
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};

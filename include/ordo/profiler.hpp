@@ -1,0 +1,175 @@
+// ordo/profiler.hpp - what the engine did, op by op: a Chrome / Perfetto
+// trace, the dependency graph it discovered (Graphviz DOT), a summary table.
+//
+// Off by default (Options::profile.enabled); when off, the engine pays one
+// predictable branch per hook and records nothing. See docs/profiler.md.
+//
+//   ordo::Options o;
+//   o.profile.enabled = true;                     // or ORDO_PROFILE=trace.json + Options::from_env()
+//   ordo::Engine engine(o);
+//   ... push ops ...
+//   engine.wait_for_all();
+//   engine.profiler().write_chrome_trace("trace.json");  // open in ui.perfetto.dev
+//   engine.profiler().write_dot("graph.dot");            // dot -Tsvg graph.dot > graph.svg
+//   std::cout << engine.profiler().summary();            // count, total, mean, p99 per op name
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "ordo/context.hpp"
+
+namespace ordo {
+
+namespace detail {
+class ProfilerCore;
+}
+
+/// What kind of engine call an op came from.
+enum class ProfiledKind : std::uint8_t {
+  sync,             ///< push_sync (or a sync pre-built operator)
+  async,            ///< push_async, a coroutine push, or an async pre-built operator
+  post,             ///< Engine::post
+  wait_for_var,     ///< Engine::wait_for_var: push = call, end = the variable became ready
+  wait_for_all,     ///< Engine::wait_for_all: start = call, end = return (not an op of the engine)
+  delete_variable,  ///< Engine::delete_variable
+};
+[[nodiscard]] const char* to_string(ProfiledKind k) noexcept;
+
+/// How a profiled op ended.
+enum class ProfiledStatus : std::uint8_t {
+  ok,          ///< ran and finished
+  failed,      ///< its body threw (or its OnComplete carried an exception): see OpProfile::error
+  skipped,     ///< an input carried an error: the body never ran (start == end)
+  unfinished,  ///< not finished when the profile was taken, or its later events were dropped
+};
+[[nodiscard]] const char* to_string(ProfiledStatus s) noexcept;
+
+/// One access of a profiled op.
+struct ProfiledAccess {
+  std::uint32_t var = 0;  ///< Var::id()
+  bool write = false;
+};
+
+/// One op as the profiler saw it. Times are nanoseconds since the profiler
+/// started (the engine's construction); -1 where the event has not happened
+/// (or was dropped). For every finished op push <= grant <= start <= end.
+struct OpProfile {
+  std::uint64_t id = 0;     ///< 1, 2, ... in push order within this profile (as in the trace and the DOT graph)
+  std::string name;         ///< OpAttrs::name, "" when unnamed
+  ProfiledKind kind = ProfiledKind::sync;
+  FnProperty prop = FnProperty::normal;
+  Context ctx{};
+  int priority = 0;
+  ProfiledStatus status = ProfiledStatus::unfinished;
+  std::string error;        ///< what() of the exception: failed: its own; skipped: the one that skipped it;
+                            ///< wait_for_var (status ok): the one its caller rethrew
+  std::int64_t push_ns = -1;   ///< the push call registered the op's accesses
+  std::int64_t grant_ns = -1;  ///< its last access was granted: it became ready
+  std::int64_t start_ns = -1;  ///< a thread began to run it (body called, or skip started)
+  std::int64_t body_end_ns = -1;  ///< async only: the body returned (end comes later, with OnComplete)
+  std::int64_t end_ns = -1;    ///< finished (sync: body returned; async: OnComplete called)
+  int push_thread = -1;     ///< index into ProfileData::threads
+  int run_thread = -1;      ///< thread that ran (started) it
+  int end_thread = -1;      ///< thread that finished it (async: the one that called OnComplete)
+  std::vector<ProfiledAccess> accesses;
+};
+
+/// An op -> op dependency the engine discovered: `to`'s access to `var`
+/// waited in the variable's queue and was granted when `from` finished.
+struct DependencyEdge {
+  std::uint64_t from = 0;  ///< OpProfile::id
+  std::uint64_t to = 0;
+  std::uint32_t var = 0;   ///< Var::id()
+  bool released = false;   ///< this grant was `to`'s last: `from` made it ready
+  std::int64_t time_ns = -1;
+};
+
+/// Everything recorded, joined per op. Ops sorted by push time.
+struct ProfileData {
+  std::vector<OpProfile> ops;
+  std::vector<DependencyEdge> edges;
+  std::vector<std::string> threads;  ///< track names, "cpu/0", "thread 1 (main)", ...
+  std::uint64_t dropped_events = 0;  ///< events not recorded because ProfileOptions::max_events was reached
+};
+
+/// Per-name statistics of ProfileSummary. Run time = end - start, except for
+/// wait_for_var: end - push (how long its caller was blocked).
+struct OpStats {
+  std::string name;             ///< op name ("(unnamed)" for ops without one)
+  std::uint64_t count = 0;      ///< finished ops (ok + failed + skipped)
+  std::uint64_t failed = 0;
+  std::uint64_t skipped = 0;
+  std::int64_t total_ns = 0;    ///< sum of run times
+  std::int64_t mean_ns = 0;
+  std::int64_t p99_ns = 0;      ///< nearest-rank 99th percentile of run times
+  std::int64_t max_ns = 0;
+  std::int64_t mean_wait_ns = 0;   ///< mean push -> grant (waiting for dependencies)
+  std::int64_t mean_queue_ns = 0;  ///< mean grant -> start (waiting for a worker)
+};
+
+/// The summary table: one row per op name, largest total first.
+struct ProfileSummary {
+  std::vector<OpStats> ops;
+  std::uint64_t unfinished = 0;      ///< ops not finished when it was taken (not in the rows)
+  std::uint64_t dropped_events = 0;  ///< see ProfileData::dropped_events
+  /// A printable fixed-width table (the same as operator<<).
+  [[nodiscard]] std::string table() const;
+};
+std::ostream& operator<<(std::ostream& os, const ProfileSummary& s);
+
+/// Options of Profiler::write_dot.
+struct DotOptions {
+  /// Most ops drawn (the first ones, by push order); the graph says when it
+  /// left ops out. DOT is for small runs: Graphviz struggles past a few thousand.
+  std::size_t max_ops = 2000;
+};
+
+/// The profiler of one engine, from Engine::profiler(). A cheap handle, valid
+/// while the engine lives.
+///
+/// Every member except enabled() throws ordo::Error{Errc::invalid_argument}
+/// when profiling is off (Options::profile.enabled was false). The write_*
+/// members taking a path throw std::system_error when the file cannot be
+/// written.
+///
+/// What is recorded: see docs/profiler.md. Ops still in flight when a
+/// profile is taken appear as unfinished (in data() and the summary's count)
+/// and are left out of the trace and the graph.
+///
+/// @par Thread safety
+/// Every member may be called from any thread, concurrently with each other
+/// and with engine work: each thread records into its own buffer (its own
+/// uncontended lock, no global lock), and readers take the buffers' locks in
+/// turn. clear() during engine work is safe too; the ops it cuts in half are
+/// left out (their later events have no push to join).
+class Profiler {
+ public:
+  [[nodiscard]] bool enabled() const noexcept { return core_ != nullptr; }
+
+  /// Everything recorded so far, joined per op.
+  [[nodiscard]] ProfileData data() const;
+  /// Chrome trace event JSON (chrome://tracing, ui.perfetto.dev).
+  void write_chrome_trace(std::ostream& os) const;
+  void write_chrome_trace(const std::string& path) const;
+  /// The dependency graph the engine discovered, as Graphviz DOT.
+  void write_dot(std::ostream& os, DotOptions options = {}) const;
+  void write_dot(const std::string& path, DotOptions options = {}) const;
+  /// Count, total, mean, p99 run time per op name.
+  [[nodiscard]] ProfileSummary summary() const;
+  /// Events not recorded because the buffer limit was reached.
+  [[nodiscard]] std::uint64_t dropped_events() const;
+  /// Forgets every event recorded so far and frees their memory.
+  void clear();
+
+ private:
+  friend class Engine;
+  explicit Profiler(detail::ProfilerCore* core) noexcept : core_(core) {}
+  detail::ProfilerCore& core() const;
+  detail::ProfilerCore* core_ = nullptr;
+};
+
+}  // namespace ordo

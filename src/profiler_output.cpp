@@ -1,0 +1,470 @@
+// src/profiler_output.cpp - ordo::Profiler: the Chrome trace, the DOT graph
+// and the summary, all written from one ProfileData.
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <queue>
+#include <sstream>
+#include <system_error>
+#include <unordered_map>
+
+#include "ordo/error.hpp"
+#include "ordo/profiler.hpp"
+#include "profiler.hpp"
+
+namespace ordo {
+
+const char* to_string(ProfiledKind k) noexcept {
+  switch (k) {
+    case ProfiledKind::sync: return "sync";
+    case ProfiledKind::async: return "async";
+    case ProfiledKind::post: return "post";
+    case ProfiledKind::wait_for_var: return "wait_for_var";
+    case ProfiledKind::wait_for_all: return "wait_for_all";
+    case ProfiledKind::delete_variable: return "delete_variable";
+  }
+  return "unknown";
+}
+
+const char* to_string(ProfiledStatus s) noexcept {
+  switch (s) {
+    case ProfiledStatus::ok: return "ok";
+    case ProfiledStatus::failed: return "failed";
+    case ProfiledStatus::skipped: return "skipped";
+    case ProfiledStatus::unfinished: return "unfinished";
+  }
+  return "unknown";
+}
+
+namespace {
+
+const char* prop_name(FnProperty p) noexcept {
+  switch (p) {
+    case FnProperty::normal: return "normal";
+    case FnProperty::copy_to_device: return "copy_to_device";
+    case FnProperty::copy_from_device: return "copy_from_device";
+    case FnProperty::cpu_prioritized: return "cpu_prioritized";
+    case FnProperty::async: return "async";
+    case FnProperty::delete_var: return "delete_var";
+  }
+  return "unknown";
+}
+
+std::string ctx_name(Context c) { return (c.is_gpu() ? "gpu(" : "cpu(") + std::to_string(c.device_id) + ")"; }
+
+std::string display_name(const OpProfile& p) { return p.name.empty() ? "(unnamed)" : p.name; }
+
+/// JSON string literal (UTF-8 passes through; control characters escaped).
+void json_string(std::ostream& os, std::string_view s) {
+  os << '"';
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': os << "\\\""; break;
+      case '\\': os << "\\\\"; break;
+      case '\n': os << "\\n"; break;
+      case '\r': os << "\\r"; break;
+      case '\t': os << "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          os << buf;
+        } else {
+          os << ch;
+        }
+    }
+  }
+  os << '"';
+}
+
+/// Nanoseconds as microseconds with three decimals (the trace's unit), exact.
+void json_us(std::ostream& os, std::int64_t ns) {
+  if (ns < 0) {
+    os << '-';
+    ns = -ns;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000), static_cast<long long>(ns % 1000));
+  os << buf;
+}
+
+std::string human(std::int64_t ns) {
+  char buf[32];
+  if (ns < 10'000) {
+    std::snprintf(buf, sizeof buf, "%lld ns", static_cast<long long>(ns));
+  } else if (ns < 10'000'000) {
+    std::snprintf(buf, sizeof buf, "%.1f us", static_cast<double>(ns) / 1e3);
+  } else if (ns < 10'000'000'000) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", static_cast<double>(ns) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  }
+  return buf;
+}
+
+bool finished(const OpProfile& p) {
+  return p.status != ProfiledStatus::unfinished && p.start_ns >= 0 && p.end_ns >= 0;
+}
+
+// Trace processes.
+constexpr int kThreadsPid = 1;
+constexpr int kAsyncPid = 2;
+constexpr int kQueuesPid = 3;
+
+/// Where one op's slice is drawn.
+struct Slice {
+  int pid = 0;  ///< 0: not drawn
+  int tid = 0;
+  std::int64_t ts = 0;
+  std::int64_t end = 0;
+};
+
+void write_trace(std::ostream& os, const ProfileData& d) {
+  // Slices: async ops on "lanes" (virtual threads of kAsyncPid, assigned
+  // greedily so that slices on a lane never overlap); the rest on the track
+  // of the thread that ran them, waits on the waiting thread's.
+  std::vector<Slice> slice(d.ops.size());
+  std::vector<std::size_t> async_ops;
+  for (std::size_t i = 0; i < d.ops.size(); ++i) {
+    const OpProfile& p = d.ops[i];
+    if (!finished(p)) continue;
+    Slice& s = slice[i];
+    s.pid = kThreadsPid;
+    s.end = p.end_ns;
+    switch (p.kind) {
+      case ProfiledKind::wait_for_var:
+        s.tid = p.push_thread + 1;
+        s.ts = p.push_ns;
+        break;
+      case ProfiledKind::async:
+        async_ops.push_back(i);
+        s.pid = kAsyncPid;
+        s.ts = p.start_ns;
+        break;
+      default:
+        s.tid = p.run_thread + 1;
+        s.ts = p.start_ns;
+    }
+  }
+  std::sort(async_ops.begin(), async_ops.end(), [&](std::size_t a, std::size_t b) { return slice[a].ts < slice[b].ts; });
+  std::vector<std::int64_t> lane_end;  // last end per lane
+  for (std::size_t i : async_ops) {
+    std::size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > slice[i].ts) ++lane;
+    if (lane == lane_end.size()) lane_end.push_back(0);
+    lane_end[lane] = slice[i].end;
+    slice[i].tid = static_cast<int>(lane) + 1;
+  }
+
+  std::size_t unfinished = 0;
+  for (const OpProfile& p : d.ops) unfinished += finished(p) ? 0 : 1;
+
+  os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"ordo\",\"ops\":" << d.ops.size()
+     << ",\"unfinished_ops\":" << unfinished << ",\"dropped_events\":" << d.dropped_events << "},\n\"traceEvents\":[\n";
+  bool first = true;
+  auto begin = [&]() -> std::ostream& {
+    if (!first) os << ",\n";
+    first = false;
+    return os;
+  };
+  auto meta = [&](const char* what, int pid, int tid, std::string_view value) {
+    begin() << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid << ",\"tid\":" << tid
+            << ",\"args\":{\"name\":";
+    json_string(os, value);
+    os << "}}";
+  };
+  meta("process_name", kThreadsPid, 0, "ordo threads");
+  for (std::size_t t = 0; t < d.threads.size(); ++t) {
+    meta("thread_name", kThreadsPid, static_cast<int>(t) + 1, d.threads[t]);
+    begin() << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << kThreadsPid << ",\"tid\":" << t + 1
+            << ",\"args\":{\"sort_index\":" << t + 1 << "}}";
+  }
+  if (!lane_end.empty()) {
+    meta("process_name", kAsyncPid, 0, "ordo async ops (push to OnComplete)");
+    for (std::size_t l = 0; l < lane_end.size(); ++l) {
+      meta("thread_name", kAsyncPid, static_cast<int>(l) + 1, "async lane " + std::to_string(l + 1));
+    }
+  }
+  if (d.dropped_events > 0) {
+    begin() << "{\"ph\":\"i\",\"s\":\"g\",\"pid\":" << kThreadsPid << ",\"tid\":0,\"ts\":0,\"name\":";
+    json_string(os, "ordo: " + std::to_string(d.dropped_events) +
+                        " events dropped (ProfileOptions::max_events reached): later ops are missing");
+    os << "}";
+  }
+
+  // One complete ("X") event per finished op, with every field in args.
+  for (std::size_t i = 0; i < d.ops.size(); ++i) {
+    const OpProfile& p = d.ops[i];
+    const Slice& s = slice[i];
+    if (s.pid == 0) continue;
+    const bool wait = p.kind == ProfiledKind::wait_for_var || p.kind == ProfiledKind::wait_for_all;
+    begin() << "{\"ph\":\"X\",\"cat\":\"" << (wait ? "wait" : "op") << "\",\"name\":";
+    json_string(os, display_name(p));
+    os << ",\"pid\":" << s.pid << ",\"tid\":" << s.tid << ",\"ts\":";
+    json_us(os, s.ts);
+    os << ",\"dur\":";
+    json_us(os, s.end - s.ts);
+    os << ",\"args\":{\"id\":" << p.id << ",\"kind\":\"" << to_string(p.kind) << "\",\"status\":\""
+       << to_string(p.status) << "\",\"prop\":\"" << prop_name(p.prop) << "\",\"ctx\":\"" << ctx_name(p.ctx)
+       << "\",\"priority\":" << p.priority << ",\"push_us\":";
+    json_us(os, p.push_ns);
+    os << ",\"grant_us\":";
+    json_us(os, p.grant_ns);
+    os << ",\"start_us\":";
+    json_us(os, p.start_ns);
+    os << ",\"end_us\":";
+    json_us(os, p.end_ns);
+    if (p.body_end_ns >= 0) {
+      os << ",\"body_end_us\":";
+      json_us(os, p.body_end_ns);
+    }
+    os << ",\"push_thread\":";
+    json_string(os, p.push_thread >= 0 ? d.threads[static_cast<std::size_t>(p.push_thread)] : "");
+    os << ",\"run_thread\":";
+    json_string(os, p.run_thread >= 0 ? d.threads[static_cast<std::size_t>(p.run_thread)] : "");
+    os << ",\"end_thread\":";
+    json_string(os, p.end_thread >= 0 ? d.threads[static_cast<std::size_t>(p.end_thread)] : "");
+    os << ",\"reads\":[";
+    bool comma = false;
+    for (const ProfiledAccess& a : p.accesses) {
+      if (a.write) continue;
+      os << (comma ? "," : "") << a.var;
+      comma = true;
+    }
+    os << "],\"writes\":[";
+    comma = false;
+    for (const ProfiledAccess& a : p.accesses) {
+      if (!a.write) continue;
+      os << (comma ? "," : "") << a.var;
+      comma = true;
+    }
+    os << "]";
+    if (!p.error.empty()) {
+      os << ",\"error\":";
+      json_string(os, p.error);
+    }
+    os << "}}";
+    // An async op's body on the worker that called it (from start to body return).
+    if (p.kind == ProfiledKind::async && p.body_end_ns >= 0 && p.run_thread >= 0) {
+      begin() << "{\"ph\":\"X\",\"cat\":\"body\",\"name\":";
+      json_string(os, display_name(p) + " (body)");
+      os << ",\"pid\":" << kThreadsPid << ",\"tid\":" << p.run_thread + 1 << ",\"ts\":";
+      json_us(os, p.start_ns);
+      os << ",\"dur\":";
+      json_us(os, std::max<std::int64_t>(0, p.body_end_ns - p.start_ns));
+      os << ",\"args\":{\"op\":" << p.id << "}}";
+    }
+  }
+
+  // Flow arrows: from an op's slice (at its end) to the slice of each op it
+  // made ready (at its start; a wait: at its end).
+  std::uint64_t flow = 0;
+  for (const DependencyEdge& e : d.edges) {
+    if (!e.released) continue;
+    const std::size_t from = e.from - 1;
+    const std::size_t to = e.to - 1;
+    const Slice& a = slice[from];
+    const Slice& b = slice[to];
+    if (a.pid == 0 || b.pid == 0) continue;
+    ++flow;
+    const bool to_wait = d.ops[to].kind == ProfiledKind::wait_for_var;
+    const std::int64_t s_ts = std::max(a.ts, a.end - 1);
+    const std::int64_t f_ts = to_wait ? std::max(b.ts, b.end - 1) : b.ts;
+    begin() << "{\"ph\":\"s\",\"cat\":\"release\",\"name\":\"release\",\"id\":" << flow << ",\"pid\":" << a.pid
+            << ",\"tid\":" << a.tid << ",\"ts\":";
+    json_us(os, s_ts);
+    os << ",\"args\":{\"from\":" << e.from << ",\"to\":" << e.to << ",\"var\":" << e.var << "}}";
+    begin() << "{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"release\",\"name\":\"release\",\"id\":" << flow
+            << ",\"pid\":" << b.pid << ",\"tid\":" << b.tid << ",\"ts\":";
+    json_us(os, f_ts);
+    os << ",\"args\":{\"from\":" << e.from << ",\"to\":" << e.to << ",\"var\":" << e.var << "}}";
+  }
+
+  // Queue length per variable over time: +1 when an access is queued (at the
+  // push), -1 when it is granted (an edge). Accesses granted at once never
+  // queue; accesses still queued when the profile was taken are not counted.
+  std::map<std::uint32_t, std::vector<std::pair<std::int64_t, int>>> changes;
+  for (const DependencyEdge& e : d.edges) {
+    changes[e.var].push_back({d.ops[e.to - 1].push_ns, +1});
+    changes[e.var].push_back({e.time_ns, -1});
+  }
+  if (!changes.empty()) meta("process_name", kQueuesPid, 0, "ordo variable queues (waiting accesses)");
+  for (auto& [var, list] : changes) {
+    std::stable_sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    int waiting = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      waiting += list[i].second;
+      if (i + 1 < list.size() && list[i + 1].first == list[i].first) continue;  // one sample per instant
+      begin() << "{\"ph\":\"C\",\"name\":\"v" << var << " queue\",\"pid\":" << kQueuesPid << ",\"tid\":0,\"ts\":";
+      json_us(os, list[i].first);
+      os << ",\"args\":{\"waiting\":" << waiting << "}}";
+    }
+  }
+  os << "\n]}\n";
+}
+
+std::string dot_escape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void write_dot_graph(std::ostream& os, const ProfileData& d, const DotOptions& o) {
+  const std::size_t n = std::min(d.ops.size(), o.max_ops);
+  os << "digraph ordo {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"ordo: dependencies the engine "
+        "discovered (solid: made it ready; dashed: also waited for it)";
+  if (n < d.ops.size()) os << "\\nshowing the first " << n << " of " << d.ops.size() << " ops (DotOptions::max_ops)";
+  if (d.dropped_events > 0) os << "\\n" << d.dropped_events << " events dropped: later ops missing";
+  os << "\"];\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n  edge [fontname=\"Helvetica\", "
+        "fontsize=10];\n";
+  for (std::size_t i = 0; i < n; ++i) {
+    const OpProfile& p = d.ops[i];
+    std::ostringstream label;  // (not string operator+: g++ 12 warns falsely about it at -O3)
+    label << '#' << p.id << ' ' << display_name(p) << '\n' << to_string(p.kind) << ' ' << ctx_name(p.ctx);
+    if (finished(p)) {
+      label << ' ' << human(p.end_ns - (p.kind == ProfiledKind::wait_for_var ? p.push_ns : p.start_ns));
+    }
+    if (p.status != ProfiledStatus::ok) label << '\n' << to_string(p.status);
+    if (!p.error.empty()) label << ": " << p.error;
+    os << "  n" << p.id << " [label=\"" << dot_escape(label.str()) << "\"";
+    if (p.status == ProfiledStatus::failed) os << ", color=red";
+    if (p.status == ProfiledStatus::skipped || p.status == ProfiledStatus::unfinished) os << ", style=\"rounded,dashed\"";
+    os << "];\n";
+  }
+  auto mode = [&](std::uint64_t op, std::uint32_t var) {
+    for (const ProfiledAccess& a : d.ops[op - 1].accesses) {
+      if (a.var == var) return a.write ? "w" : "r";
+    }
+    return "?";
+  };
+  for (const DependencyEdge& e : d.edges) {
+    if (e.from > n || e.to > n) continue;
+    os << "  n" << e.from << " -> n" << e.to << " [label=\"v" << e.var << " " << mode(e.from, e.var) << "->"
+       << mode(e.to, e.var) << "\"" << (e.released ? "" : ", style=dashed") << "];\n";
+  }
+  os << "}\n";
+}
+
+ProfileSummary summarize(const ProfileData& d) {
+  ProfileSummary s;
+  s.dropped_events = d.dropped_events;
+  struct Acc {
+    OpStats stats;
+    std::vector<std::int64_t> runs;
+    std::int64_t wait = 0;
+    std::int64_t queue = 0;
+  };
+  std::map<std::string, Acc> by_name;
+  for (const OpProfile& p : d.ops) {
+    if (!finished(p)) {
+      ++s.unfinished;
+      continue;
+    }
+    Acc& a = by_name[display_name(p)];
+    ++a.stats.count;
+    if (p.status == ProfiledStatus::failed) ++a.stats.failed;
+    if (p.status == ProfiledStatus::skipped) ++a.stats.skipped;
+    // A wait_for_var's run time is the time its caller was blocked (as drawn in the trace).
+    a.runs.push_back(p.end_ns - (p.kind == ProfiledKind::wait_for_var ? p.push_ns : p.start_ns));
+    a.wait += p.grant_ns - p.push_ns;
+    a.queue += p.start_ns - p.grant_ns;
+  }
+  for (auto& [name, a] : by_name) {
+    OpStats st = a.stats;
+    st.name = name;
+    std::sort(a.runs.begin(), a.runs.end());
+    for (const std::int64_t r : a.runs) st.total_ns += r;
+    const auto count = static_cast<std::int64_t>(st.count);
+    st.mean_ns = st.total_ns / count;
+    st.max_ns = a.runs.back();
+    // Nearest rank: the smallest run time with at least 99% of runs at or below it.
+    const std::size_t rank = (a.runs.size() * 99 + 99) / 100;
+    st.p99_ns = a.runs[std::max<std::size_t>(rank, 1) - 1];
+    st.mean_wait_ns = a.wait / count;
+    st.mean_queue_ns = a.queue / count;
+    s.ops.push_back(std::move(st));
+  }
+  std::stable_sort(s.ops.begin(), s.ops.end(),
+                   [](const OpStats& x, const OpStats& y) { return x.total_ns > y.total_ns; });
+  return s;
+}
+
+template <class Write>
+void write_file(const std::string& path, const char* what, Write&& write) {
+  std::ofstream f(path, std::ios::out | std::ios::trunc);
+  if (!f) throw std::system_error(errno, std::generic_category(), std::string(what) + ": cannot open '" + path + "'");
+  write(f);
+  f.flush();
+  if (!f) throw std::system_error(errno, std::generic_category(), std::string(what) + ": cannot write '" + path + "'");
+}
+
+}  // namespace
+
+std::string ProfileSummary::table() const {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-24s %8s %6s %7s %11s %11s %11s %11s %11s %11s\n", "op", "count", "failed",
+                "skipped", "total", "mean", "p99", "max", "wait(mean)", "queue(mean)");
+  os << line;
+  for (const OpStats& s : ops) {
+    std::string name = s.name.size() > 24 ? s.name.substr(0, 21) + "..." : s.name;
+    std::snprintf(line, sizeof line, "%-24s %8llu %6llu %7llu %11s %11s %11s %11s %11s %11s\n", name.c_str(),
+                  static_cast<unsigned long long>(s.count), static_cast<unsigned long long>(s.failed),
+                  static_cast<unsigned long long>(s.skipped), human(s.total_ns).c_str(), human(s.mean_ns).c_str(),
+                  human(s.p99_ns).c_str(), human(s.max_ns).c_str(), human(s.mean_wait_ns).c_str(),
+                  human(s.mean_queue_ns).c_str());
+    os << line;
+  }
+  if (unfinished > 0) os << unfinished << " op(s) not finished (not counted above)\n";
+  if (dropped_events > 0) {
+    os << dropped_events << " event(s) dropped: ProfileOptions::max_events was reached; later ops are missing\n";
+  }
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const ProfileSummary& s) { return os << s.table(); }
+
+detail::ProfilerCore& Profiler::core() const {
+  if (core_ == nullptr) {
+    throw Error(Errc::invalid_argument,
+                "ordo::Profiler: profiling is off for this engine (set Options::profile.enabled = true, or "
+                "ORDO_PROFILE=1 with Options::from_env(), before constructing the engine)");
+  }
+  return *core_;
+}
+
+ProfileData Profiler::data() const { return core().data(); }
+
+void Profiler::write_chrome_trace(std::ostream& os) const { write_trace(os, core().data()); }
+
+void Profiler::write_chrome_trace(const std::string& path) const {
+  const ProfileData d = core().data();
+  write_file(path, "write_chrome_trace", [&](std::ostream& os) { write_trace(os, d); });
+}
+
+void Profiler::write_dot(std::ostream& os, DotOptions options) const { write_dot_graph(os, core().data(), options); }
+
+void Profiler::write_dot(const std::string& path, DotOptions options) const {
+  const ProfileData d = core().data();
+  write_file(path, "write_dot", [&](std::ostream& os) { write_dot_graph(os, d, options); });
+}
+
+ProfileSummary Profiler::summary() const { return summarize(core().data()); }
+
+std::uint64_t Profiler::dropped_events() const { return core().dropped(); }
+
+void Profiler::clear() { core().clear(); }
+
+}  // namespace ordo
