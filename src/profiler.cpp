@@ -180,6 +180,7 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
   ProfiledKind kind = ProfiledKind::sync;
   switch (op->kind) {
     case OpKind::fn:
+    case OpKind::fn_stream_ordered:  // a GPU layer's op (ordo/fence.hpp): profiled like any other
       kind = op->prop == FnProperty::delete_var ? ProfiledKind::delete_variable
              : op->fn.is_async()                ? ProfiledKind::async
                                                 : ProfiledKind::sync;
