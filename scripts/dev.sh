@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev)
+packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang + LLVM's libomp, oneTBB, StarPU; fio for
 # bench/io/) and valgrind for the instruction counts. Builds and tests never
