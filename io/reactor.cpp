@@ -224,7 +224,7 @@ void IoOpBase::StopFn::operator()() const noexcept {
   if (s == 1) op->io_->cancel(&op->req_);
 }
 
-void IoOpBase::suspend(std::coroutine_handle<> h) {
+bool IoOpBase::suspend(std::coroutine_handle<> h) {
   if (started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was started twice");
   started_ = true;
   waiter_ = h;
@@ -237,7 +237,13 @@ void IoOpBase::suspend(std::coroutine_handle<> h) {
   if (!stop_state_.compare_exchange_strong(s, 1, std::memory_order_acq_rel)) io_->cancel(&req_);  // stopped meanwhile
   // The request may already be delivered: whichever of this and on_done
   // comes second resumes the coroutine (the frame stays valid until then).
-  if (gate_.exchange(true, std::memory_order_acq_rel)) io_->post_resume(waiter_);
+  if (!gate_.exchange(true, std::memory_order_acq_rel)) return true;  // on_done will
+  // Delivered during the submit (io_uring reaps what the kernel completed
+  // inline). On a worker where the resumption would be posted, go on here:
+  // the same place, one queue hop and maybe a cross-core migration less.
+  if (io_->resume_here()) return false;
+  io_->post_resume(waiter_);
+  return true;
 }
 
 void IoOpBase::on_done(Request* r) noexcept {

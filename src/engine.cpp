@@ -174,6 +174,7 @@ std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
 const Options& Engine::options() const noexcept { return core_->options(); }
 Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler()); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
+bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {
   detail::t_state.completion_thread = true;

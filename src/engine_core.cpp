@@ -439,6 +439,12 @@ WorkerPool& EngineCore::helper_pool() {
   return *helper_storage_;
 }
 
+bool EngineCore::on_worker_of(Context ctx) const noexcept {
+  const ThreadState& ts = t_state;
+  if (ts.engine != this || ts.pool == nullptr || ts.completion_thread || ctx.is_gpu()) return false;
+  return ts.pool == cpu_.get();  // normal CPU ops run on cpu_ with the pooled and per-device engines
+}
+
 WorkerPool* EngineCore::route(const OpRecord* op) {
   const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
   if (opts_.kind == EngineKind::pooled) return (copy && io_) ? io_.get() : cpu_.get();

@@ -88,6 +88,7 @@ class EngineCore {
   // Waiting.
   void wait_for_var(Var var);
   void wait_for_all();
+  [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
   [[nodiscard]] std::size_t in_flight() const noexcept {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
   }

@@ -237,6 +237,12 @@ class Engine {
 
   /// True while the calling thread runs an op body (of any engine).
   [[nodiscard]] static bool inside_op() noexcept;
+  /// True when the calling thread is one of this engine's workers for normal
+  /// ops of the CPU context `ctx`, where a post to `ctx` could run (false for
+  /// GPU contexts, with the naive engine, and on a CompletionThread). Lets a
+  /// layer that would post a continuation to `ctx` run it right here instead
+  /// when the work it waited for has already finished (ordo::io does).
+  [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
 
   /// Inside the destructor of a skipped op's body (a skipped body is
   /// destroyed, never called): the error that made the engine skip it. Null

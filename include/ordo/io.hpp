@@ -183,7 +183,10 @@ class IoOpBase {
   void set_timeout(std::chrono::nanoseconds d);
   void set_stop(std::stop_token token) { token_ = std::move(token); }
   void set_exact();
-  void suspend(std::coroutine_handle<> h);
+  /// Starts the request for a suspending coroutine; false: it has already
+  /// finished and this thread is a worker where the resumption would be
+  /// posted, so the coroutine goes on here (no queue hop).
+  bool suspend(std::coroutine_handle<> h);
   /// After resumption: throws IoError on failure, else returns the raw value.
   std::int64_t outcome();
   Handle start_callback(Callback cb);
@@ -281,7 +284,7 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
   }
 
   [[nodiscard]] bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) { suspend(h); }
+  bool await_suspend(std::coroutine_handle<> h) { return suspend(h); }
   T await_resume() {
     const std::int64_t v = outcome();
     if constexpr (std::is_same_v<T, void>) {
@@ -393,6 +396,8 @@ class Reactor {
   Pooled* alloc_pooled();
   void free_pooled(Pooled* p) noexcept;
   void post_resume(std::coroutine_handle<> h) noexcept;
+  /// The calling thread is a worker where post_resume's post could run.
+  [[nodiscard]] bool resume_here() const noexcept { return engine_.on_worker_of(opts_.resume_ctx); }
   void post_callback(Pooled* p) noexcept;
   void task_done() noexcept;
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "test_util.hpp"
 
@@ -193,6 +194,42 @@ TEST(CompletionThreadScope, Nests) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, CompletionThreadTest, ::testing::ValuesIn(all_engine_configs()), config_name);
+
+}  // namespace
+}  // namespace ordo::test
+
+namespace ordo::test {
+namespace {
+
+// Engine::on_worker_of: where a post to a CPU context could run right now.
+TEST(OnWorkerOf, TrueOnlyOnThisEnginesCpuWorkers) {
+  for (EngineKind kind : {EngineKind::pooled, EngineKind::per_device}) {
+    Engine engine(Options{.kind = kind, .cpu_workers = 2});
+    Engine other(Options{.kind = kind, .cpu_workers = 1});
+    EXPECT_FALSE(engine.on_worker_of(Context::cpu())) << "the main thread is no worker";
+    std::promise<std::tuple<bool, bool, bool, bool>> seen;
+    engine.push_sync([&] {
+      bool in_scope = true;
+      {
+        const CompletionThread scope;
+        in_scope = engine.on_worker_of(Context::cpu());
+      }
+      seen.set_value({engine.on_worker_of(Context::cpu()), other.on_worker_of(Context::cpu()),
+                      engine.on_worker_of(Context::gpu(0)), in_scope});
+    }, Context::cpu(), {}, {});
+    auto [mine, others, gpu, in_scope] = seen.get_future().get();
+    EXPECT_TRUE(mine) << to_string(kind);
+    EXPECT_FALSE(others) << to_string(kind) << ": a worker of another engine";
+    EXPECT_FALSE(gpu) << to_string(kind) << ": GPU contexts are never claimed";
+    EXPECT_FALSE(in_scope) << to_string(kind) << ": a CompletionThread scope never runs user code";
+    engine.wait_for_all();
+  }
+  Engine naive(Options{.kind = EngineKind::naive});
+  bool inside = true;
+  naive.push_sync([&] { inside = naive.on_worker_of(Context::cpu()); }, Context::cpu(), {}, {});
+  naive.wait_for_all();
+  EXPECT_FALSE(inside) << "the naive engine has no workers: its ops run on the pushing thread";
+}
 
 }  // namespace
 }  // namespace ordo::test

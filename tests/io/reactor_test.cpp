@@ -2,6 +2,7 @@
 // start a request (co_await, callback, OnComplete), errors, exact transfers,
 // deadlines, cancellation, engine ordering through buffer variables, and
 // shutdown with requests in flight.
+#include <fstream>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -99,6 +100,34 @@ TEST_P(Io, CoroutineWriteFsyncReadBackResumesOnAWorker) {
   EXPECT_EQ(sync_wait(body()), text);
   const struct statx st = sync_wait([&]() -> Task<struct statx> { co_return co_await io.stat(path); }());
   EXPECT_EQ(st.stx_size, text.size());
+}
+
+// Reads the page cache serves complete during the submit with io_uring: the
+// coroutine then goes on where it was, which must still be a worker of the
+// resume context (never the main thread, never a completion scope).
+TEST_P(Io, CoroutineIsOnAWorkerAfterEveryAwaitEvenWhenTheReadCompletedInline) {
+  TempDir dir;
+  const std::string path = dir.file("cached");
+  std::string text(64 * 1024, '\0');
+  for (std::size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 26);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  }
+  auto body = [&]() -> Task<int> {
+    const int fd = co_await io.open(path, O_RDONLY);
+    int off_worker = 0;
+    std::vector<char> buf(512);
+    for (std::size_t off = 0; off + buf.size() <= text.size(); off += buf.size()) {
+      const std::size_t n = co_await io.read(fd, bytes(buf), off).exact();
+      if (!engine.on_worker_of(Context::cpu()) || CompletionThread::active()) ++off_worker;
+      EXPECT_EQ(std::string_view(buf.data(), n), std::string_view(text).substr(off, n));
+    }
+    co_await io.close(fd);
+    co_return off_worker;
+  };
+  EXPECT_EQ(sync_wait(body()), 0);
+  engine.wait_for_all();
 }
 
 TEST_P(Io, ErrorsAreTypedAndNameTheOperation) {
