@@ -53,8 +53,7 @@ class engine_executor {
   /// (Engine::post: never on the calling thread, never held back).
   template <class F>
   void execute(F&& f) const {
-    engine_->post([fn = std::decay_t<F>(std::forward<F>(f))]() mutable { std::move(fn)(); }, ctx_,
-                  OpAttrs{.name = "asio handler"});
+    engine_->post(Job<std::decay_t<F>>{services_, std::forward<F>(f)}, ctx_, OpAttrs{.name = "asio handler"});
   }
 
   [[nodiscard]] Engine& engine() const noexcept { return *engine_; }
@@ -86,6 +85,19 @@ class engine_executor {
   friend bool operator!=(const engine_executor& a, const engine_executor& b) noexcept { return !(a == b); }
 
  private:
+  /// A submitted function. It keeps the execution_context alive until after
+  /// the function is destroyed (members go in reverse order): a strand's
+  /// invoker, for one, holds the last executor copy and, declared before it,
+  /// the strand's state, whose destructor locks the strand service's mutex,
+  /// so the context must not die with the executor copy first (seen under
+  /// TSan: a destroyed mutex locked on a worker).
+  template <class F>
+  struct Job {
+    std::shared_ptr<::asio::execution_context> keep;
+    F fn;
+    void operator()() { std::move(fn)(); }
+  };
+
   Engine* engine_;
   Context ctx_;
   std::shared_ptr<::asio::execution_context> services_;
