@@ -244,7 +244,10 @@ TEST_P(BackendTest, KindMatchesTheParameter) {
   EXPECT_EQ(backend_->kind(), GetParam() == "threads" ? Backend::threads : Backend::uring);
 }
 
-TEST_P(BackendTest, ImmediateFailuresAreDeliveredFromABackendThread) {
+// Delivered like any completion: inside a CompletionThread scope, on a backend
+// thread or (io_uring, which reaps what the kernel completed during the submit)
+// on the submitting thread (run() checks it through check_delivery).
+TEST_P(BackendTest, ImmediateFailuresAreDeliveredInACompletionScope) {
   char buf[8];
   TestOp bad_read(OpCode::read, -1, buf, sizeof buf, 0);
   EXPECT_EQ(run(bad_read), -EBADF);
