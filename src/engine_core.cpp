@@ -15,16 +15,6 @@ constexpr std::size_t kVarChunk = 1024;
 constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
 
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
 }

@@ -32,16 +32,6 @@ thread_local struct {
   ThreadBuffer* buffer = nullptr;
 } t_last;
 
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 // Packed attributes of a push event.
 std::uint64_t pack(ProfiledKind kind, const OpRecord* op) noexcept {
   return static_cast<std::uint64_t>(kind) | (static_cast<std::uint64_t>(op->prop) << 4) |

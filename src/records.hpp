@@ -15,6 +15,17 @@
 
 namespace ordo::detail {
 
+/// what() of a stored exception ("unknown exception" if it is no std::exception).
+inline std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 /// A stored op failure, shared by the op that failed and every variable it
 /// reached. Reference counted (atomic); immutable after creation except the
 /// `observed` flag.

@@ -31,17 +31,8 @@ inline Options engine_options(EngineKind kind) {
   return o;
 }
 
-inline const char* kind_name(EngineKind k) {
-  switch (k) {
-    case EngineKind::naive:
-      return "naive";
-    case EngineKind::pooled:
-      return "pooled";
-    case EngineKind::per_device:
-      return "per_device";
-  }
-  return "?";
-}
+/// The engine kind's name, for test names and printed seeds.
+inline const char* kind_name(EngineKind k) { return to_string(k).data(); }
 
 /// An engine and a simulated-backend runtime over it (destroyed runtime first).
 struct SimRig {
