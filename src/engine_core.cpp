@@ -14,6 +14,8 @@ namespace {
 constexpr std::size_t kVarChunk = 1024;
 constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
+// Work first (EngineCore::runs_short): one CPU op in this many is timed.
+constexpr std::uint32_t kSampleEvery = 16;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
@@ -55,6 +57,7 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }
   low_water_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
+  if (opts_.kind != EngineKind::naive) inline_below_ns_ = opts_.inline_below_ns;
   if (opts_.profile.enabled) {
     prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
     prof_ = prof_storage_.get();
@@ -553,6 +556,13 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     run_inline(op);  // a cheap launcher: no queue hop (never on a foreign completing thread)
     return;
   }
+  if (from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread && runs_short(op)) {
+    // Work first: the op is ready, and this engine's CPU ops have lately
+    // taken less time than handing one to a worker costs (sampled below):
+    // the pushing thread runs it now, like a call.
+    run_now(op);
+    return;
+  }
   WorkerPool* pool = route(op);
   if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr &&
       ts.continuations < kMaxContinuations) {
@@ -598,11 +608,15 @@ void EngineCore::execute(OpRecord* op) {
   ts.running = op;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
+    // Every kSampleEvery-th CPU op on this thread is timed, for runs_short().
+    const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 && inline_below_ns_ != 0 && sampled(op);
+    const std::int64_t t0 = timed ? now_ns() : 0;
     try {
       fn.invoke_sync(rc);
     } catch (...) {
       own = make_error(std::current_exception(), name);
     }
+    if (timed) [[unlikely]] record_duration(now_ns() - t0);
     ts.running = outer;
     complete(op, own);
     return;
@@ -630,6 +644,21 @@ void EngineCore::execute(OpRecord* op) {
     }
   }
   if (state == 2) cleanup_op(op);
+}
+
+std::int64_t EngineCore::now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void EngineCore::record_duration(std::int64_t ns) noexcept {
+  // A moving average over the last ~8 samples. Racy updates may lose a
+  // sample; that only makes the average a little older. One long outlier
+  // (the thread was preempted) is clamped to 16x the bound: it moves the
+  // average by 2x the bound at most, which a few short samples undo.
+  ns = std::min(ns, 16 * inline_below_ns_);
+  const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
+  avg_op_ns_.store(avg < 0 ? ns : avg + (ns - avg) / 8, std::memory_order_relaxed);
 }
 
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {
@@ -733,7 +762,12 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   std::exception_ptr skip_reason;
   if (skipped) skip_reason = outcome->exception;
   release(own_error);
-  release(op->error.exchange(nullptr, std::memory_order_relaxed));
+  // Every grant (the only other writer) happened before the dispatch: a load
+  // and a store, not a locked exchange.
+  if (inherited != nullptr) {
+    op->error.store(nullptr, std::memory_order_relaxed);
+    release(inherited);
+  }
   std::uint8_t running = 1;
   if (op->body.load(std::memory_order_relaxed) == 1 &&
       op->body.compare_exchange_strong(running, 2, std::memory_order_acq_rel)) {

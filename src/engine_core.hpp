@@ -136,6 +136,22 @@ class EngineCore {
   /// so that the unprofiled one keeps its code.
   [[gnu::noinline, gnu::cold]] VarRecord* release_accesses_profiled(OpRecord* op, ErrorRecord* own_error,
                                                                    ErrorRecord* outcome, ReadyList& ready);
+  /// Work first: whether `op` (ready at push) should run on its pusher. Only
+  /// sync CPU ops, and only while the timed ones averaged under
+  /// Options::inline_below_ns (no sample yet: no).
+  [[nodiscard]] bool runs_short(const OpRecord* op) const noexcept {
+    if (!sampled(op)) return false;
+    const OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
+    const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
+    return avg >= 0 && avg < inline_below_ns_ && !fn.is_async();
+  }
+  /// Ops whose duration feeds the average: what the CPU pool would run.
+  [[nodiscard]] static bool sampled(const OpRecord* op) noexcept {
+    return op->prop == FnProperty::normal && !op->ctx.is_gpu() &&
+           (op->kind == OpKind::fn || op->kind == OpKind::oper);
+  }
+  static std::int64_t now_ns() noexcept;
+  void record_duration(std::int64_t ns) noexcept;
   bool all_idle() const noexcept;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
@@ -146,7 +162,12 @@ class EngineCore {
   /// at every dispatch: a gate's fences are only set by ops pushed after it
   /// was installed, and those happen-before the dispatches that must see them.
   std::atomic<FenceGate*> gate_{nullptr};
-  std::int64_t low_water_ = 0;  ///< backpressure: pushers resume at or below this
+  std::int64_t low_water_ = 0;
+  /// Work first: Options::inline_below_ns (0 = off; naive: off, it runs
+  /// everything inline anyway), and the moving average of timed CPU ops
+  /// in ns (-1: none timed yet). Relaxed: a hint.
+  std::int64_t inline_below_ns_ = 0;
+  std::atomic<std::int64_t> avg_op_ns_{-1};  ///< backpressure: pushers resume at or below this
   /// Profiling: null when off; every hook is one predictable branch on it
   /// (three per op: push, start, completion). Immutable after construction;
   /// owned by prof_storage_.

@@ -39,6 +39,8 @@ struct ThreadState {
   std::int64_t finished = 0;
   /// Workers: ops run as continuations since the last take from the queue.
   int continuations = 0;
+  /// Counts CPU ops run on this thread; every 16th is timed (work first).
+  std::uint32_t sample_tick = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
   /// While the body of a skipped op is destroyed: the error that skipped it.
   const std::exception_ptr* skip_reason = nullptr;
@@ -65,6 +67,7 @@ class WorkerPool {
   void enqueue(OpRecord* op);
   /// Called once the engine is drained: workers exit when the queue is empty.
   void stop_and_join();
+  [[nodiscard]] std::int64_t queued() const noexcept { return size_.load(std::memory_order_relaxed); }
   [[nodiscard]] bool is_priority() const noexcept { return order_ == Order::priority; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   /// No queued op and every worker asleep (a hint: may change right after).

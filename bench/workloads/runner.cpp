@@ -142,6 +142,9 @@ const std::vector<EngineSpec>& all_engines() {
                  "per_device, cpu_workers = 2"});
     e.push_back({"ordo-pooled", ordo::Options{.kind = EngineKind::pooled},
                  "pooled, one CPU worker per hardware thread"});
+    e.push_back({"ordo-offload", ordo::Options{.kind = EngineKind::per_device, .inline_below_ns = 0},
+                 "per_device, one CPU worker per hardware thread, work first off (inline_below_ns = 0: "
+                 "every op goes to a worker)"});
     e.push_back({"ordo-naive", ordo::Options{.kind = EngineKind::naive},
                  "naive: every op runs inline on the thread that makes it ready"});
     // Peers (bench/peers/): the same trace and op body in another runtime.

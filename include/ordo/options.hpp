@@ -61,6 +61,15 @@ struct Options {
   /// is also the fastest setting measured (bench/): a short window keeps
   /// variable and op records in cache; lookahead for parallelism stays ample.
   std::size_t max_in_flight = 4096;
+  /// Work first (pooled and per_device): a sync CPU op (FnProperty::normal)
+  /// that is ready when pushed runs on the pushing thread, like a call, while
+  /// the engine's recent CPU ops took less than this many nanoseconds on
+  /// average (one op in 16 is timed): handing an op that short to a worker
+  /// costs more than running it. Longer ops, or any op while no timing says
+  /// otherwise, go to the workers. 0: never (push never runs a sync op).
+  /// Either way an op must not wait for something its pusher does after the
+  /// push: the naive engine, or a single worker, would deadlock too.
+  unsigned inline_below_ns = 500;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(60)};
@@ -72,7 +81,7 @@ struct Options {
 
   /// Returns `base` with any of these environment variables applied:
   /// ORDO_ENGINE (naive|pooled|per_device), ORDO_CPU_WORKERS,
-  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT,
+  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT, ORDO_INLINE_BELOW_NS,
   /// ORDO_PROFILE (0|off: profiling off; 1|on: on; anything else: on, and the
   /// path of the Chrome trace written when the engine is destroyed),
   /// ORDO_PROFILE_MAX_EVENTS.

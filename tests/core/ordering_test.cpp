@@ -86,7 +86,9 @@ TEST_P(Ordering, ConflictingOpsRunInPushOrder) {
 TEST_P(Ordering, ReadsOfOneVariableOverlap) {
   const Options& o = GetParam().options;
   if (o.kind == EngineKind::naive || o.cpu_workers < 2) GTEST_SKIP() << "needs two workers";
-  Engine engine(o);
+  Options offload = o;
+  offload.inline_below_ns = 0;  // both ops on workers: work first could run one on this thread
+  Engine engine(offload);
   Var v = engine.new_variable();
   // Both readers must be inside their bodies at once to pass the rendezvous.
   Counter arrived;
@@ -106,7 +108,9 @@ TEST_P(Ordering, ReadsOfOneVariableOverlap) {
 TEST_P(Ordering, IndependentWritesOverlap) {
   const Options& o = GetParam().options;
   if (o.kind == EngineKind::naive || o.cpu_workers < 2) GTEST_SKIP() << "needs two workers";
-  Engine engine(o);
+  Options offload = o;
+  offload.inline_below_ns = 0;  // both ops on workers: work first could run one on this thread
+  Engine engine(offload);
   Var a = engine.new_variable(), b = engine.new_variable();
   Counter arrived;
   std::atomic<int> passed{0};

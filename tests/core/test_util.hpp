@@ -1,6 +1,7 @@
 // tests/core/test_util.hpp - helpers shared by the core tests.
 #pragma once
 
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -100,6 +101,12 @@ inline std::vector<EngineConfig> all_engine_configs() {
     out.push_back({"per_device/" + std::to_string(w),
                    Options{.kind = EngineKind::per_device, .cpu_workers = w, .cpu_priority_workers = 1}});
   }
+  // Work first (Options::inline_below_ns) pinned both ways: the default bound
+  // depends on how long ops take on the machine running the tests.
+  out.push_back({"per_device/2/offload",
+                 Options{.kind = EngineKind::per_device, .cpu_workers = 2, .inline_below_ns = 0}});
+  out.push_back({"per_device/2/work_first",
+                 Options{.kind = EngineKind::per_device, .cpu_workers = 2, .inline_below_ns = UINT_MAX}});
   return out;
 }
 
