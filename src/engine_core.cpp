@@ -16,6 +16,7 @@ constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
 // Work first (EngineCore::runs_short): one CPU op in this many is timed.
 constexpr std::uint32_t kSampleEvery = 16;
+constexpr std::uint32_t kFirstSamples = 8;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
@@ -609,7 +610,9 @@ void EngineCore::execute(OpRecord* op) {
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
     // Every kSampleEvery-th CPU op on this thread is timed, for runs_short().
-    const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 && inline_below_ns_ != 0 && sampled(op);
+    const bool timed = ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                        samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
+                       inline_below_ns_ != 0 && sampled(op);
     const std::int64_t t0 = timed ? now_ns() : 0;
     try {
       fn.invoke_sync(rc);
@@ -658,7 +661,17 @@ void EngineCore::record_duration(std::int64_t ns) noexcept {
   // average by 2x the bound at most, which a few short samples undo.
   ns = std::min(ns, 16 * inline_below_ns_);
   const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
-  avg_op_ns_.store(avg < 0 ? ns : avg + (ns - avg) / 8, std::memory_order_relaxed);
+  // The first kFirstSamples ops of the engine are all timed and averaged
+  // plainly (one cold first op must not decide alone), then one in 16.
+  const std::uint32_t n = samples_.load(std::memory_order_relaxed);
+  std::int64_t next = 0;
+  if (n < kFirstSamples) {
+    samples_.store(n + 1, std::memory_order_relaxed);
+    next = avg < 0 ? ns : avg + (ns - avg) / static_cast<std::int64_t>(n + 1);
+  } else {
+    next = avg + (ns - avg) / 8;
+  }
+  avg_op_ns_.store(next, std::memory_order_relaxed);
 }
 
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {

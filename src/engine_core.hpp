@@ -167,7 +167,8 @@ class EngineCore {
   /// everything inline anyway), and the moving average of timed CPU ops
   /// in ns (-1: none timed yet). Relaxed: a hint.
   std::int64_t inline_below_ns_ = 0;
-  std::atomic<std::int64_t> avg_op_ns_{-1};  ///< backpressure: pushers resume at or below this
+  std::atomic<std::int64_t> avg_op_ns_{-1};
+  std::atomic<std::uint32_t> samples_{0};  ///< timed ops so far, counted up to kFirstSamples  ///< backpressure: pushers resume at or below this
   /// Profiling: null when off; every hook is one predictable branch on it
   /// (three per op: push, start, completion). Immutable after construction;
   /// owned by prof_storage_.

@@ -64,11 +64,12 @@ struct Options {
   /// Work first (pooled and per_device): a sync CPU op (FnProperty::normal)
   /// that is ready when pushed runs on the pushing thread, like a call, while
   /// the engine's recent CPU ops took less than this many nanoseconds on
-  /// average (one op in 16 is timed): handing an op that short to a worker
-  /// costs more than running it. Longer ops, or any op while no timing says
-  /// otherwise, go to the workers. 0: never (push never runs a sync op).
-  /// Either way an op must not wait for something its pusher does after the
-  /// push: the naive engine, or a single worker, would deadlock too.
+  /// average (its first 8 CPU ops are timed, then one in 16 per thread):
+  /// handing an op that short to a worker costs more than running it. Longer
+  /// ops, or any op before one was timed, go to the workers. 0: never (push
+  /// never runs a sync op). Either way an op must not wait for something its
+  /// pusher does after the push: the naive engine, or one worker, would
+  /// deadlock too.
   unsigned inline_below_ns = 500;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
