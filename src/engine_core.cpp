@@ -313,7 +313,6 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
       held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
     throttle();
   }
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
   if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
 
   // Lock every variable in address order (the global lock order), so the
@@ -324,7 +323,6 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
     if (v->gen != specs[i].gen) [[unlikely]] {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
       if (prof_ != nullptr) prof_->on_push_failed(op);
-      op_finished();
       throw Error(Errc::deleted_var,
                   "push of " + op_label(attrs.name) + ": var " + std::to_string(v->id) + " was deleted");
     }
@@ -360,13 +358,36 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
       v->head = v->tail = a;
     }
   }
+  // An op that runs to completion inside this push is never seen by another
+  // thread as in flight (a wait on another thread is not ordered with this
+  // push), so it is not counted: no locked add here and subtract at the end.
+  // Every other op is counted before the unlock that makes it reachable.
+  const bool ready = granted == static_cast<std::int32_t>(n);
+  const bool here = ready && completes_in_push(op);
+  op->counted = !here;
+  if (!here) in_flight_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
 
+  if (here) {
+    run_now(op);
+    return;
+  }
   // All granted here: nobody else can have touched `wait`.
-  if (granted == static_cast<std::int32_t>(n) ||
-      op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
+  if (ready || op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
     dispatch(op, /*from_push=*/true);
   }
+}
+
+bool EngineCore::completes_in_push(const OpRecord* op) const noexcept {
+  // Mirrors dispatch(op, true) for a sync op that is ready at push: the
+  // cases in which it runs it at once on this thread, before returning.
+  if (op->kind >= OpKind::wait_var || gate_.load(std::memory_order_relaxed) != nullptr) return false;
+  const OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
+  if (fn.is_async()) return false;  // completes whenever its OnComplete is called
+  if (opts_.kind == EngineKind::naive) return true;
+  const ThreadState& ts = t_state;
+  if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
+  return runs_short(op) || (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run);
 }
 
 // ---------------------------------------------------------------------------
@@ -752,6 +773,7 @@ VarRecord* EngineCore::release_accesses_profiled(OpRecord* op, ErrorRecord* own_
 }
 
 void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
+  const bool counted = op->counted;  // read before the record is recycled
   ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
   ErrorRecord* outcome = own_error;
   if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
@@ -800,7 +822,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     dispatch(r, /*from_push=*/false);
     r = next;
   }
-  op_finished();
+  if (counted) op_finished();
 }
 
 bool EngineCore::must_notify(std::int64_t after) const noexcept {

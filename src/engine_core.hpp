@@ -150,6 +150,8 @@ class EngineCore {
     return op->prop == FnProperty::normal && !op->ctx.is_gpu() &&
            (op->kind == OpKind::fn || op->kind == OpKind::oper);
   }
+  /// Whether submit runs `op` (ready at push) to completion before it returns.
+  [[nodiscard]] bool completes_in_push(const OpRecord* op) const noexcept;
   static std::int64_t now_ns() noexcept;
   void record_duration(std::int64_t ns) noexcept;
   bool all_idle() const noexcept;

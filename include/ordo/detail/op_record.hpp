@@ -71,6 +71,9 @@ struct OpRecord {
   /// Released by a FenceGate (ordo/fence.hpp): set by HeldOp::release just
   /// before its dispatch, which clears it. Only touched with a gate installed.
   bool fence_released = false;
+  /// Counted in the engine's in-flight count (set by the push). An op that
+  /// runs to completion inside its push is not (EngineCore::submit).
+  bool counted = true;
   /// Profiling on only: the op's id in the profile (set by the push, before
   /// the op can be granted; read by the hooks of every later event). In the
   /// padding before `error`: the record keeps its size and layout.
