@@ -70,7 +70,7 @@ struct Options {
   /// never runs a sync op). Either way an op must not wait for something its
   /// pusher does after the push: the naive engine, or one worker, would
   /// deadlock too.
-  unsigned inline_below_ns = 500;
+  unsigned inline_below_ns = 200;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(60)};
