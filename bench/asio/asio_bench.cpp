@@ -5,7 +5,7 @@
 // amounts of work per request.
 //
 //   ordo_asio_bench [--runs R] [--requests N] [--conns 1,8,64] [--work 0,10,50]
-//                   [--keys K] [--workers W] [--quick]
+//                   [--keys K] [--workers W] [--modes inline,engine,adaptive] [--quick]
 //
 // Server (one io thread + the engine's workers) and client (plain sockets,
 // one poll() thread, one request in flight per connection) share the
@@ -83,6 +83,7 @@ std::vector<unsigned> list(const std::string& s) {
 int main(int argc, char** argv) try {
   unsigned runs = 5, requests = 20000, keys = 1024, workers = 0;
   std::vector<unsigned> conns{1, 8, 64}, work{0, 10, 50};
+  bool want[3] = {true, true, true};  // inline, engine, adaptive (--modes: profile one alone)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&] {
@@ -95,6 +96,11 @@ int main(int argc, char** argv) try {
     else if (a == "--work") work = list(val());
     else if (a == "--keys") keys = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--modes") {
+      const std::string m = "," + val() + ",";
+      const char* names[3] = {",inline,", ",engine,", ",adaptive,"};
+      for (int k = 0; k < 3; ++k) want[k] = m.find(names[k]) != std::string::npos;
+    }
     else if (a == "--quick") {
       runs = 1;
       requests = 500;
@@ -102,7 +108,7 @@ int main(int argc, char** argv) try {
       work = {0, 10};
     } else {
       std::fprintf(stderr, "usage: ordo_asio_bench [--runs R] [--requests N] [--conns 1,8,64] [--work 0,10,50] "
-                           "[--keys K] [--workers W] [--quick]\n");
+                           "[--keys K] [--workers W] [--modes inline,engine,adaptive] [--quick]\n");
       return 2;
     }
   }
@@ -120,6 +126,12 @@ int main(int argc, char** argv) try {
       for (unsigned r = 0; r < runs; ++r) {
         for (int m = 0; m < 3; ++m) {
           const int mode = static_cast<int>((static_cast<unsigned>(m) + r) % 3);  // rotate which mode goes first
+          if (!want[mode]) {
+            rps[mode].push_back(0);
+            p50[mode].push_back(0);
+            p99[mode].push_back(0);
+            continue;
+          }
           const Figure f = run_once(mode == 0 ? kv::Mode::inline_ : kv::Mode::engine, mode == 2, c, w, requests, keys,
                                     workers, r);
           rps[mode].push_back(f.rps);
