@@ -117,7 +117,24 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
                 "error, as asio::co_spawn does) and movable; return std::optional<T> otherwise");
   auto st = std::make_shared<asio_detail::State<D, R>>(std::forward<F>(fn));
   st->name = attrs.name;
-  engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, attrs);  // eager: registered now
+  st->timed = asio_detail::eligible(engine, ctx, attrs);
+  std::shared_ptr<std::atomic<int>> turn;
+  if (st->timed && asio_detail::cheap_enough<D>()) turn = asio_detail::inline_turn(engine);
+  if (turn) {
+    // The inline path (detail/asio_inline.hpp): pushed as a launcher, so fn
+    // runs right here if the op is ready, and on a worker once it is
+    // otherwise.
+    st->adaptive = true;
+    OpAttrs launcher = attrs;
+    launcher.prop = FnProperty::async;
+    {
+      const asio_detail::PushScope scope(st.get());
+      engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, launcher);  // eager: registered now
+    }
+    if (st->ran_inline) st->hold_turn(std::move(turn));
+  } else {
+    engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, attrs);  // eager: registered now
+  }
   return ::asio::async_initiate<Token, asio_detail::signature_t<R>>(
       asio_detail::Initiation<R>{std::shared_ptr<asio_detail::StateBase<R>>(std::move(st))}, token);
 }
