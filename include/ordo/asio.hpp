@@ -119,7 +119,7 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
   st->name = attrs.name;
   st->timed = asio_detail::eligible(engine, ctx, attrs);
   std::shared_ptr<std::atomic<int>> turn;
-  if (st->timed && asio_detail::cheap_enough<D>()) turn = asio_detail::inline_turn(engine);
+  if (st->timed) turn = asio_detail::inline_turn(engine, asio_detail::cost_ns<D>());
   if (turn) {
     // The inline path (detail/asio_inline.hpp): pushed as a launcher, so fn
     // runs right here if the op is ready, and on a worker once it is

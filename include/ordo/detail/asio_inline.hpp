@@ -4,24 +4,27 @@
 //
 // Handing an op to a worker costs two cross-thread wake-ups: the worker's
 // (a futex) and, when fn is done, the io_context's (its reactor interrupt).
-// When the io thread has nothing else to do meanwhile, those wake-ups are all
-// that offloading buys. So push() runs fn right where it is pushed, like an
-// FnProperty::async launcher, when all of these hold:
-//  - fn is a CPU op (FnProperty::normal, CPU context, not the naive engine),
-//    and recent runs of this fn type (the lambda's type: one per call site)
-//    took at most kInlineCostLimit: a longer fn is always offloaded, where
-//    the wake-ups cost under ~10% of it anyway;
+// When the io thread has nothing else to do meanwhile, or fn costs less than
+// handing it over, those wake-ups are all that offloading buys. So push()
+// runs fn right where it is pushed, like an FnProperty::async launcher, when
+// all of these hold:
+//  - fn is a CPU op (FnProperty::normal, CPU context, not the naive engine)
+//    whose type (the lambda's type: one per call site) has run before: its
+//    run time is measured wherever it runs (a moving average);
 //  - the calling thread is running an io_context that ordo::asio has
 //    attached a handler of before (IoTurn, per io_context);
-//  - the engine has nothing in flight: no worker could start it sooner;
-//  - no completion of an earlier inline run is still queued on that
-//    io_context (IoTurn::pending): the io thread is in a turn with other
-//    ready work (several requests read at once), which workers should get;
 //  - the op is ready at push (its variables are free); otherwise it runs on
-//    the worker that frees them.
-// The last two conditions keep a loaded server offloading: a second request
-// read in the same turn, or any request while workers are busy, goes to the
-// workers.
+//    the worker that frees them;
+//  - and either fn is trivial (at most kTrivialCostNs: less than the push
+//    and completion a worker would cost the io thread), or all of:
+//    - fn takes at most kInlineCostLimitNs: a longer fn is always offloaded
+//      (it would hold up the io_context; the wake-ups cost under ~10% of it);
+//    - the engine has nothing in flight: no worker could start it sooner;
+//    - no completion of an earlier inline run is still queued on that
+//      io_context (IoTurn::pending): the io thread is in a turn with other
+//      ready work (several requests read at once), which workers should get.
+// Those last two keep a loaded server offloading: a second request read in
+// the same turn, or any request while workers are busy, goes to a worker.
 #pragma once
 
 #include <asio/execution.hpp>
@@ -45,6 +48,10 @@ namespace ordo::asio_detail {
 /// offloaded: they would hold up the io_context, and a hop costs under ~10%
 /// of them.
 inline constexpr std::int64_t kInlineCostLimitNs = 200'000;
+/// fn types whose runs take at most this run inline whenever they are ready
+/// at push on an io thread: cheaper than the push, queueing and completion
+/// hand-off that offloading them costs the io thread.
+inline constexpr std::int64_t kTrivialCostNs = 2'000;
 
 /// Per io_context state of the inline path, owned by IoTurnService (dies
 /// with the io_context; threads keep weak references).
@@ -105,11 +112,9 @@ void record_cost(std::chrono::steady_clock::duration d) noexcept {
   g_fn_cost_ns<F>.store(old < 0 ? ns : old + (ns - old) / 4, std::memory_order_relaxed);
 }
 
-/// True if fn type F is known to be cheap enough to run on an io thread.
 template <class F>
-bool cheap_enough() noexcept {
-  const std::int64_t c = g_fn_cost_ns<F>.load(std::memory_order_relaxed);
-  return c >= 0 && c <= kInlineCostLimitNs;
+std::int64_t cost_ns() noexcept {
+  return g_fn_cost_ns<F>.load(std::memory_order_relaxed);
 }
 
 /// True if an op pushed with (ctx, attrs) may take the inline path at all.
@@ -117,12 +122,15 @@ inline bool eligible(const Engine& engine, Context ctx, const OpAttrs& attrs) no
   return attrs.prop == FnProperty::normal && !ctx.is_gpu() && engine.kind() != EngineKind::naive;
 }
 
-/// The pending counter of the io_context running on this thread, if fn may
-/// run here now (see the header comment); null to offload.
-inline std::shared_ptr<std::atomic<int>> inline_turn(const Engine& engine) noexcept {
-  if (engine.in_flight() != 0) return {};
+/// The pending counter of the io_context running on this thread, if a fn
+/// whose runs take `cost_ns` (-1: unknown) may run here now (see the header
+/// comment); null to offload.
+inline std::shared_ptr<std::atomic<int>> inline_turn(const Engine& engine, std::int64_t cost_ns) noexcept {
+  if (cost_ns < 0 || cost_ns > kInlineCostLimitNs) return {};
+  const bool trivial = cost_ns <= kTrivialCostNs;
+  if (!trivial && engine.in_flight() != 0) return {};
   const std::shared_ptr<IoTurn> t = t_io_turn.lock();
-  if (!t || t->pending->load(std::memory_order_relaxed) != 0) return {};
+  if (!t || (!trivial && t->pending->load(std::memory_order_relaxed) != 0)) return {};
   if (!t->io->get_executor().running_in_this_thread()) return {};
   return t->pending;
 }
