@@ -59,6 +59,17 @@
 // the pending handler comes from the handler's associated allocator and is
 // released before the handler runs.
 //
+// WHERE FN RUNS. On an engine worker, except where handing it over would only
+// add wake-ups: push() runs fn inside the call, on the calling thread, when
+// that thread is running an io_context that ordo::asio delivered a handler to
+// before, the op is ready at push (its variables free), and this fn type (the
+// lambda's type) measured at most 2 us, or at most 200 us while the engine has
+// nothing in flight and no earlier inline completion waits on that
+// io_context (a second request read in the same turn goes to a worker).
+// Only CPU ops with FnProperty::normal qualify; fn still runs as an op body
+// (Engine::inside_op(), ordering, errors as above). Details:
+// detail/asio_inline.hpp.
+//
 // CANCELLATION. If the handler's associated cancellation slot is connected,
 // a cancellation signal (terminal, partial or total: all three hold, since a
 // cancelled op has no effect at all) that arrives before the op is granted a
