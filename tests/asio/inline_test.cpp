@@ -295,6 +295,38 @@ TEST(AsioInline, CancellationAfterAnInlineRunHasNoEffect) {
   EXPECT_EQ(got, 5);
 }
 
+// An inline run finds its outcome ready when the operation starts: the
+// upcall is posted straight away, with memory from the handler's allocator,
+// released before the handler runs.
+TEST(AsioInline, HandlerOfAnInlineRunUsesItsAllocator) {
+  ordo::Engine engine(test_options());
+  ordo::Var v = engine.new_variable();
+  asio::io_context io;
+  const auto me = std::this_thread::get_id();
+  std::thread::id fn_thread;
+  auto fn = [&] {
+    fn_thread = std::this_thread::get_id();
+    return 3;
+  };
+  set_cost(fn, kTrivial);
+  AllocStats stats;
+  int live_in_handler = -1, got = 0;
+  asio::post(io, [&] {
+    register_io_thread(engine, io);
+    ordo::asio::push(engine, {}, {v}, fn,
+                     asio::bind_allocator(CountingAllocator<int>(&stats), asio::bind_executor(io, [&](std::exception_ptr, int n) {
+                                            got = n;
+                                            live_in_handler = stats.live.load();
+                                          })));
+  });
+  io.run();
+  EXPECT_EQ(fn_thread, me);
+  EXPECT_EQ(got, 3);
+  EXPECT_GE(stats.allocations.load(), 1);
+  EXPECT_EQ(live_in_handler, 0) << "the posted upcall's memory must be released before the handler is called";
+  EXPECT_EQ(stats.live.load(), 0);
+}
+
 // Differential: random reads/writes over a few variables, pushed from a
 // coroutine and awaited in random order; fns of three cost classes, so some
 // run inline at push, some on the worker that frees their variables, some

@@ -360,7 +360,17 @@ struct Initiation {
     }
     using H = std::decay_t<Handler>;
     H h(std::forward<Handler>(handler));
-    note_io_thread(::asio::get_associated_executor(h, ::asio::system_executor{}));
+    const auto ex = ::asio::get_associated_executor(h, ::asio::system_executor{});
+    note_io_thread(ex);
+    if (st->phase.load(std::memory_order_acquire) == kReady) {
+      // The outcome is published already (fn ran inline inside push, or the
+      // op finished before the operation was started) and nothing else will
+      // touch the state: no pending-handler record, work guard or
+      // cancellation handler is needed. Post the upcall (never inline).
+      const auto alloc = ::asio::get_associated_allocator(h, std::allocator<void>{});
+      ::asio::post(ex, ::asio::bind_allocator(alloc, Upcall<R, H>{std::move(h), st}));
+      return;
+    }
     auto slot = ::asio::get_associated_cancellation_slot(h);
     if (slot.is_connected()) slot.template emplace<CancelHandler<R>>(CancelHandler<R>{st});
     HandlerCompletion<R, H>* c = nullptr;
