@@ -18,7 +18,9 @@
 // Engine mode: a request is pushed as an op reading / mutating the keys it
 // names (ordo::asio::push, use_awaitable); conflicting requests run in
 // acceptance order, the rest in parallel on the engine's workers, and the
-// io_context thread stays free to serve other connections meanwhile.
+// io_context thread stays free to serve other connections meanwhile. (When
+// the io thread would only wait, ordo::asio runs the request right there
+// instead: see "Where fn runs" in docs/asio.md.)
 // Inline mode (the baseline): the same work done on the io_context thread.
 // `work_us` busy-spins that long in every request (a stand-in for real work:
 // feature computation, parsing, compression).

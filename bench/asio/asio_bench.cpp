@@ -5,7 +5,7 @@
 // amounts of work per request.
 //
 //   ordo_asio_bench [--runs R] [--requests N] [--conns 1,8,64] [--work 0,10,50]
-//                   [--keys K] [--workers W] [--quick]
+//                   [--keys K] [--workers W] [--modes inline,engine,adaptive] [--quick]
 //
 // Server (one io thread + the engine's workers) and client (plain sockets,
 // one poll() thread, one request in flight per connection) share the
@@ -83,6 +83,7 @@ std::vector<unsigned> list(const std::string& s) {
 int main(int argc, char** argv) try {
   unsigned runs = 5, requests = 20000, keys = 1024, workers = 0;
   std::vector<unsigned> conns{1, 8, 64}, work{0, 10, 50};
+  bool want[3] = {true, true, true};  // inline, engine, adaptive (--modes: profile one alone)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&] {
@@ -95,6 +96,11 @@ int main(int argc, char** argv) try {
     else if (a == "--work") work = list(val());
     else if (a == "--keys") keys = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--workers") workers = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--modes") {
+      const std::string m = "," + val() + ",";
+      const char* names[3] = {",inline,", ",engine,", ",adaptive,"};
+      for (int k = 0; k < 3; ++k) want[k] = m.find(names[k]) != std::string::npos;
+    }
     else if (a == "--quick") {
       runs = 1;
       requests = 500;
@@ -102,15 +108,16 @@ int main(int argc, char** argv) try {
       work = {0, 10};
     } else {
       std::fprintf(stderr, "usage: ordo_asio_bench [--runs R] [--requests N] [--conns 1,8,64] [--work 0,10,50] "
-                           "[--keys K] [--workers W] [--quick]\n");
+                           "[--keys K] [--workers W] [--modes inline,engine,adaptive] [--quick]\n");
       return 2;
     }
   }
   std::printf("ordo_asio_bench: %u runs (median), %u requests per run, %u keys, %u hardware threads, engine workers %s\n",
               runs, requests, keys, std::thread::hardware_concurrency(),
               workers == 0 ? "= hardware threads" : std::to_string(workers).c_str());
-  std::printf("engine: every request offloaded to a worker; adaptive: requests under 5 us of work pushed with\n"
-              "FnProperty::async (run on the io thread when their keys are free), the rest offloaded\n");
+  std::printf("engine: ordo::asio::push as is (a worker, or the io thread where offloading would only add wake-ups);\n"
+              "adaptive: requests under 5 us of work pushed with FnProperty::async (run on the io thread when their\n"
+              "keys are free), the rest as engine\n");
   std::printf("| conns | work us | inline req/s | engine req/s | engine/inline | adaptive/inline | inline p50/p99 us | "
               "engine p50/p99 us | adaptive p50/p99 us |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -120,6 +127,12 @@ int main(int argc, char** argv) try {
       for (unsigned r = 0; r < runs; ++r) {
         for (int m = 0; m < 3; ++m) {
           const int mode = static_cast<int>((static_cast<unsigned>(m) + r) % 3);  // rotate which mode goes first
+          if (!want[mode]) {
+            rps[mode].push_back(0);
+            p50[mode].push_back(0);
+            p99[mode].push_back(0);
+            continue;
+          }
           const Figure f = run_once(mode == 0 ? kv::Mode::inline_ : kv::Mode::engine, mode == 2, c, w, requests, keys,
                                     workers, r);
           rps[mode].push_back(f.rps);

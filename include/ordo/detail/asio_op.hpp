@@ -14,6 +14,7 @@
 #include <asio/system_error.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -24,6 +25,7 @@
 
 #include "ordo/context.hpp"
 #include "ordo/coro.hpp"
+#include "ordo/detail/asio_inline.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
@@ -92,10 +94,33 @@ struct StateBase {
   /// publisher after it sees kAttached (acquire).
   Completion<R>* completion = nullptr;
 
+  // The inline path (asio_inline.hpp). `timed` and `adaptive` are set by
+  // push() before it pushes; `ran_inline` is set by the launcher inside that
+  // push, on the pushing thread, and read by push() after it; `turn` is set
+  // by push() before the handler can be attached and released by the upcall
+  // (or the destructor), which the post orders after it.
+  bool timed = false;       ///< fn's run time feeds its type's cost average
+  bool adaptive = false;    ///< pushed as a launcher: fn runs where it is launched
+  bool ran_inline = false;  ///< fn ran inside push(), on the pushing thread
+  std::shared_ptr<std::atomic<int>> turn;  ///< IoTurn::pending counted for this op
+
+  /// fn ran inline: count its completion as pending on the io_context.
+  void hold_turn(std::shared_ptr<std::atomic<int>> t) noexcept {
+    t->fetch_add(1, std::memory_order_relaxed);
+    turn = std::move(t);
+  }
+  void release_turn() noexcept {
+    if (turn) {
+      turn->fetch_sub(1, std::memory_order_relaxed);
+      turn.reset();
+    }
+  }
+
   StateBase() = default;
   StateBase(const StateBase&) = delete;
   StateBase& operator=(const StateBase&) = delete;
   virtual ~StateBase() {
+    release_turn();
     // Attached but never published: cannot happen while the engine keeps its
     // promise to run or destroy every body; release the handler anyway.
     if (phase.load(std::memory_order_acquire) == kAttached && completion != nullptr) completion->discard();
@@ -189,6 +214,11 @@ struct Body {
       }
       return;
     }
+    // Launched inside the push that took the inline path: fn runs here, on
+    // the pushing io thread. Launched anywhere else (a worker that freed its
+    // variables): fn runs there.
+    if (s->adaptive && t_pushing == s.get()) s->ran_inline = true;
+    const auto t0 = s->timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     try {
       if constexpr (std::is_void_v<R>) {
         detail::FnBody<F, R>::call(s->fn, rc);
@@ -199,6 +229,7 @@ struct Body {
     } catch (...) {
       s->error = std::current_exception();
     }
+    if (s->timed) record_cost<F>(std::chrono::steady_clock::now() - t0);
     try {
       if (s->error) {
         done(s->error);  // stored on the variables the op mutates, as for push_sync
@@ -228,6 +259,7 @@ struct Upcall {
   std::shared_ptr<StateBase<R>> st;
 
   void operator()() {
+    st->release_turn();  // this io_context's turn has come round to the inline run's completion
     auto slot = ::asio::get_associated_cancellation_slot(handler);
     if (slot.is_connected()) slot.clear();
     st->invoke(handler);
@@ -328,6 +360,17 @@ struct Initiation {
     }
     using H = std::decay_t<Handler>;
     H h(std::forward<Handler>(handler));
+    const auto ex = ::asio::get_associated_executor(h, ::asio::system_executor{});
+    note_io_thread(ex);
+    if (st->phase.load(std::memory_order_acquire) == kReady) {
+      // The outcome is published already (fn ran inline inside push, or the
+      // op finished before the operation was started) and nothing else will
+      // touch the state: no pending-handler record, work guard or
+      // cancellation handler is needed. Post the upcall (never inline).
+      const auto alloc = ::asio::get_associated_allocator(h, std::allocator<void>{});
+      ::asio::post(ex, ::asio::bind_allocator(alloc, Upcall<R, H>{std::move(h), st}));
+      return;
+    }
     auto slot = ::asio::get_associated_cancellation_slot(h);
     if (slot.is_connected()) slot.template emplace<CancelHandler<R>>(CancelHandler<R>{st});
     HandlerCompletion<R, H>* c = nullptr;

@@ -1,0 +1,176 @@
+// ordo/detail/asio_inline.hpp - when ordo::asio::push runs fn on the calling
+// io_context thread instead of handing it to a worker (the work-first path).
+// Internal (see ordo/asio.hpp, "WHERE FN RUNS").
+//
+// Handing an op to a worker costs two cross-thread wake-ups: the worker's
+// (a futex) and, when fn is done, the io_context's (its reactor interrupt).
+// When the io thread has nothing else to do meanwhile, or fn costs less than
+// handing it over, those wake-ups are all that offloading buys. So push()
+// runs fn right where it is pushed, like an FnProperty::async launcher, when
+// all of these hold:
+//  - fn is a CPU op (FnProperty::normal, CPU context, not the naive engine)
+//    whose type (the lambda's type: one per call site) has run before: its
+//    run time is measured wherever it runs (a moving average);
+//  - the calling thread is running an io_context that ordo::asio has
+//    attached a handler of before (IoTurn, per io_context);
+//  - the op is ready at push (its variables are free); otherwise it runs on
+//    the worker that frees them;
+//  - and either fn is trivial (at most kTrivialCostNs: less than the push
+//    and completion a worker would cost the io thread), or all of:
+//    - fn takes at most kInlineCostLimitNs: a longer fn is always offloaded
+//      (it would hold up the io_context; the wake-ups cost under ~10% of it);
+//    - the engine has nothing in flight: no worker could start it sooner;
+//    - no completion of an earlier inline run is still queued on that
+//      io_context (IoTurn::pending): the io thread is in a turn with other
+//      ready work (several requests read at once), which workers should get.
+// Those last two keep a loaded server offloading: a second request read in
+// the same turn, or any request while workers are busy, goes to a worker.
+#pragma once
+
+#include <asio/execution.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/io_context.hpp>
+#include <asio/query.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/context.hpp"
+#include "ordo/engine.hpp"
+
+namespace ordo::asio_detail {
+
+/// fn types whose runs took longer than this (moving average) are always
+/// offloaded: they would hold up the io_context, and a hop costs under ~10%
+/// of them.
+inline constexpr std::int64_t kInlineCostLimitNs = 200'000;
+/// fn types whose runs take at most this run inline whenever they are ready
+/// at push on an io thread: cheaper than the push, queueing and completion
+/// hand-off that offloading them costs the io thread.
+inline constexpr std::int64_t kTrivialCostNs = 2'000;
+
+/// Per io_context state of the inline path, owned by IoTurnService (dies
+/// with the io_context; threads keep weak references).
+struct IoTurn {
+  ::asio::io_context* io;  ///< the owner; valid while this IoTurn is alive
+  /// Completions of inline runs posted to this io_context and not yet run.
+  /// Incremented by push() on an io thread after an inline run, decremented
+  /// when the op's handler runs (or its state is destroyed). Heuristic only:
+  /// relaxed; a stale value sends one op to a worker or keeps one inline.
+  std::shared_ptr<std::atomic<int>> pending;
+};
+
+/// The execution_context service that owns an io_context's IoTurn.
+class IoTurnService final : public ::asio::execution_context::service {
+ public:
+  static inline ::asio::execution_context::id id;
+  explicit IoTurnService(::asio::io_context& io)
+      : ::asio::execution_context::service(io),
+        turn_(std::make_shared<IoTurn>(IoTurn{&io, std::make_shared<std::atomic<int>>(0)})) {}
+  [[nodiscard]] std::shared_ptr<IoTurn> turn() const { return turn_; }
+
+ private:
+  void shutdown() override {}
+  std::shared_ptr<IoTurn> turn_;
+};
+
+/// The io_context this thread last attached an ordo::asio handler of, while
+/// running it (weak: expires with the io_context). Written and read by the
+/// owning thread only.
+inline thread_local std::weak_ptr<IoTurn> t_io_turn;
+
+/// The state whose op this thread is pushing on the inline path (null
+/// otherwise): its launcher runs fn at once only if it is launched inside
+/// that push. Owning thread only.
+inline thread_local const void* t_pushing = nullptr;
+
+/// Sets t_pushing for one push.
+class PushScope {
+ public:
+  explicit PushScope(const void* st) noexcept : outer_(t_pushing) { t_pushing = st; }
+  ~PushScope() { t_pushing = outer_; }
+  PushScope(const PushScope&) = delete;
+  PushScope& operator=(const PushScope&) = delete;
+
+ private:
+  const void* outer_;
+};
+
+/// Moving average of the run time of fn type F, in ns; -1 until it first
+/// ran. Shared by every engine and thread; relaxed (a lost update is harmless).
+template <class F>
+inline std::atomic<std::int64_t> g_fn_cost_ns{-1};
+
+template <class F>
+void record_cost(std::chrono::steady_clock::duration d) noexcept {
+  const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  const std::int64_t old = g_fn_cost_ns<F>.load(std::memory_order_relaxed);
+  g_fn_cost_ns<F>.store(old < 0 ? ns : old + (ns - old) / 4, std::memory_order_relaxed);
+}
+
+template <class F>
+std::int64_t cost_ns() noexcept {
+  return g_fn_cost_ns<F>.load(std::memory_order_relaxed);
+}
+
+/// True if an op pushed with (ctx, attrs) may take the inline path at all.
+inline bool eligible(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept {
+  return attrs.prop == FnProperty::normal && !ctx.is_gpu() && engine.kind() != EngineKind::naive;
+}
+
+/// The pending counter of the io_context running on this thread, if a fn
+/// whose runs take `cost_ns` (-1: unknown) may run here now (see the header
+/// comment); null to offload.
+inline std::shared_ptr<std::atomic<int>> inline_turn(const Engine& engine, std::int64_t cost_ns) noexcept {
+  if (cost_ns < 0 || cost_ns > kInlineCostLimitNs) return {};
+  const bool trivial = cost_ns <= kTrivialCostNs;
+  if (!trivial && engine.in_flight() != 0) return {};
+  const std::shared_ptr<IoTurn> t = t_io_turn.lock();
+  if (!t || (!trivial && t->pending->load(std::memory_order_relaxed) != 0)) return {};
+  if (!t->io->get_executor().running_in_this_thread()) return {};
+  return t->pending;
+}
+
+/// The io_context behind executor `ex`, or null: an io_context executor
+/// (tracked or not), one held by a polymorphic executor (any_io_executor:
+/// the form use_awaitable handlers carry), or one under a strand. Other
+/// executors (system, engine_executor, ...) give null.
+template <class Ex>
+::asio::io_context* io_context_of(const Ex& ex) noexcept {
+  using Plain = ::asio::io_context::executor_type;
+  using Tracked = std::decay_t<decltype(::asio::prefer(std::declval<const Plain&>(),
+                                                       ::asio::execution::outstanding_work.tracked))>;
+  if constexpr (std::is_same_v<Ex, Plain> || std::is_same_v<Ex, Tracked>) {
+    return &ex.context();
+  } else if constexpr (requires { ex.template target<Plain>(); }) {
+    if (const Plain* p = ex.template target<Plain>()) return &p->context();
+    if (const Tracked* t = ex.template target<Tracked>()) return &t->context();
+    return nullptr;
+  } else if constexpr (requires { ex.get_inner_executor(); }) {
+    return io_context_of(ex.get_inner_executor());
+  } else {
+    return nullptr;
+  }
+}
+
+/// Called when a handler with executor `ex` is attached on this thread: if
+/// ex belongs to an io_context running here, this thread is one of its io
+/// threads (the next pushes from it may run inline).
+template <class Ex>
+void note_io_thread(const Ex& ex) noexcept {
+  ::asio::io_context* io = io_context_of(ex);
+  if (io == nullptr) return;
+  if (const std::shared_ptr<IoTurn> t = t_io_turn.lock(); t && t->io == io) return;
+  if (!io->get_executor().running_in_this_thread()) return;
+  try {
+    t_io_turn = ::asio::use_service<IoTurnService>(*io).turn();
+  } catch (...) {
+    // No service (out of memory): this thread just keeps offloading.
+  }
+}
+
+}  // namespace ordo::asio_detail
