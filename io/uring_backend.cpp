@@ -47,6 +47,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backends.hpp"
 #include "ordo/engine.hpp"
@@ -132,11 +133,15 @@ class UringBackend final : public BackendImpl {
     const Caller caller(callers_);
     requests_.fetch_add(1, std::memory_order_seq_cst);
     r->backend_flags &= ~kUringDirect;
-    if (r->code == OpCode::send && send_now(r)) return;
+    const bool batching = t_batch_ == this;
+    if (!batching && r->code == OpCode::send && send_now(r)) return;
     Request* head = incoming_.load(std::memory_order_relaxed);
     do {
       r->backend_next = head;
     } while (!incoming_.compare_exchange_weak(head, r, std::memory_order_release, std::memory_order_relaxed));
+    // Submitted by a delivery in reap_ready (the next push_read launched on
+    // the reaper, an exact transfer's next part): it flushes once at the end.
+    if (batching) return;
     flush();
     reap_inline();
     wake_reaper_if_needed();
@@ -515,18 +520,22 @@ class UringBackend final : public BackendImpl {
     if (parked_.exchange(0, std::memory_order_seq_cst) != 0) parked_.notify_one();
   }
 
-  /// Delivers every CQE in the queue (the caller holds reaping_).
+  /// Delivers every CQE in the queue (the caller holds reaping_). Requests
+  /// that the deliveries submit are batched (t_batch_): one io_uring_enter
+  /// after the loop for all of them, rather than one each.
   void reap_ready() noexcept {
     unsigned head = 0;
     unsigned n = 0;
     io_uring_cqe* cqe = nullptr;
+    UringBackend* const outer = std::exchange(t_batch_, this);
     io_uring_for_each_cqe(&ring_, head, cqe) {
       handle(cqe);
       ++n;
     }
     io_uring_cq_advance(&ring_, n);
     sqes_.fetch_sub(n, std::memory_order_release);
-    // Submissions that found the queue full are waiting for this.
+    t_batch_ = outer;
+    // Submissions of the deliveries, and those that found the queue full.
     if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
         cancels_.load(std::memory_order_acquire) != nullptr) {
       flush();
@@ -551,6 +560,8 @@ class UringBackend final : public BackendImpl {
     reaping_.store(false, std::memory_order_release);
   }
 
+  /// The backend whose reap_ready runs on this thread (its deliveries' submits are batched).
+  static inline thread_local UringBackend* t_batch_ = nullptr;
   io_uring ring_{};
   bool ring_ready_ = false;
   bool shut_down_ = false;

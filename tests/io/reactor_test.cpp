@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "core/test_util.hpp"
+#include "ordo/detail/launcher.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/io.hpp"
 #include "ordo/task.hpp"
@@ -481,6 +482,41 @@ TEST_P(Io, ManyConnectionsEchoWithEveryContinuationOnAWorker) {
   EXPECT_EQ(echoed.load(), kConns * kRounds);
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(off_worker.load(), 0) << "a coroutine continued off the engine's workers";
+}
+
+// A read completed by a completion thread (the reaper, the thread backend's
+// poll thread) makes the next op of its buffer ready there. ordo's own
+// launchers (push_read/push_write: they only submit) start right there, with
+// no hop to a worker; a user's async op, even a cheap one, still goes to a
+// worker: a completion thread never runs user code.
+TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  Fd r(p[0]), w(p[1]);
+  std::vector<char> first(1), second(1);
+  Var v = engine.new_variable();
+  io.push_read(v, r.fd, bytes(first), Reactor::kCurrent);  // waits for the pipe
+  struct Seen {
+    std::atomic<bool> ran{false}, completion{false}, worker{false};
+  } launcher, user;
+  auto record = [this](Seen& seen) {
+    return [this, &seen](RunContext, OnComplete done) {
+      seen.completion = CompletionThread::active();
+      seen.worker = engine.on_worker_of(Context::cpu());
+      seen.ran = true;
+      done();
+    };
+  };
+  ordo::detail::LauncherPush::push(engine, record(launcher), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  engine.push_async(record(user), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  io.push_read(v, r.fd, bytes(second), Reactor::kCurrent);  // launched behind the user's op
+  ASSERT_EQ(::write(w.fd, "ab", 2), 2);
+  engine.wait_for_var(v);
+  EXPECT_EQ(std::string(first.data(), 1) + std::string(second.data(), 1), "ab");
+  ASSERT_TRUE(launcher.ran && user.ran);
+  EXPECT_TRUE(launcher.completion) << "the launcher hopped to a worker";
+  EXPECT_FALSE(user.completion) << "a user's async op ran on a completion thread";
+  EXPECT_TRUE(user.worker);
 }
 
 TEST_P(Io, ReadvWritevMoveEverySegment) {
