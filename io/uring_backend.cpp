@@ -138,7 +138,14 @@ class UringBackend final : public BackendImpl {
     requests_.fetch_add(1, std::memory_order_seq_cst);
     r->backend_flags &= ~kUringDirect;
     const bool batching = t_batch_ == this;
-    if (!batching && r->code == OpCode::send && send_now(r)) return;
+    if (!batching && r->code == OpCode::send && send_now(r)) {
+      // The send's return to user space ran the task_work of this thread's
+      // waiting requests (a recv whose data came): deliver what it posted
+      // here, as a submit through the ring would, rather than leave it to
+      // the reaper (a wake-up and a post to a worker per completion).
+      reap_inline();
+      return;
+    }
     Request* head = incoming_.load(std::memory_order_relaxed);
     do {
       r->backend_next = head;
