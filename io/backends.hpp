@@ -1,6 +1,7 @@
 // io/backends.hpp - the two backends behind ordo::io::Reactor. Internal.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -8,6 +9,11 @@
 #include "ordo/io/request.hpp"
 
 namespace ordo::io::detail {
+
+/// Set by the io_uring backend in Request::backend_flags of a request it
+/// completed with a direct syscall on the submitting thread, without the ring
+/// (a send the socket had room for). Lets the tests tell the two paths apart.
+inline constexpr std::uint32_t kUringDirect = 1U << 31;
 
 /// io_uring. Returns null and sets `why_not` (e.g. "io_uring_queue_init: Operation
 /// not permitted (seccomp?)") when the kernel refuses a ring.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "ordo/detail/launcher.hpp"
 #include "ordo/io.hpp"
 
 namespace ordo::io {
@@ -292,9 +293,16 @@ struct Reactor::State {
 
   std::atomic<bool> closed{false};
   std::atomic<int> starting{0};  ///< start() calls in progress
-  std::mutex tasks_mutex;
-  std::condition_variable tasks_cv;
-  std::int64_t tasks = 0;  ///< posted callbacks/resumptions not yet finished (guarded)
+  /// Posted callbacks/resumptions not yet finished, plus one held by the
+  /// reactor itself until its destructor drops it: so the count reaches zero
+  /// exactly once, in the destructor or in the task_done() of the last task,
+  /// and only that one thread touches the mutex below (no lock per task).
+  /// Incremented (relaxed: the post that follows publishes the task) before
+  /// each post, decremented (acq_rel) when the task has finished.
+  std::atomic<std::int64_t> tasks{1};
+  std::mutex drained_mutex;
+  std::condition_variable drained_cv;
+  bool drained = false;  ///< guarded by drained_mutex: set by whoever brings `tasks` to zero
 };
 
 Reactor::Reactor(Engine& engine, IoOptions options)
@@ -330,8 +338,10 @@ Reactor::~Reactor() {
   s.closed.store(true, std::memory_order_seq_cst);
   while (s.starting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   backend_->shutdown();  // every request delivered: their callbacks and resumptions are posted
-  std::unique_lock lock(s.tasks_mutex);
-  s.tasks_cv.wait(lock, [&] { return s.tasks == 0; });
+  if (s.tasks.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    std::unique_lock lock(s.drained_mutex);
+    s.drained_cv.wait(lock, [&] { return s.drained; });
+  }
 }
 
 std::size_t Reactor::in_flight() const noexcept { return backend_->in_flight(); }
@@ -392,15 +402,15 @@ void Reactor::free_pooled(Pooled* p) noexcept {
 
 void Reactor::task_done() noexcept {
   State& s = *state_;
-  std::lock_guard lock(s.tasks_mutex);
-  if (--s.tasks == 0) s.tasks_cv.notify_all();
+  if (s.tasks.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last task after the destructor dropped its reference: it waits for this.
+  std::lock_guard lock(s.drained_mutex);
+  s.drained = true;
+  s.drained_cv.notify_all();
 }
 
 void Reactor::post_resume(std::coroutine_handle<> h) noexcept {
-  {
-    std::lock_guard lock(state_->tasks_mutex);
-    ++state_->tasks;
-  }
+  state_->tasks.fetch_add(1, std::memory_order_relaxed);
   try {
     engine_.post([this, h] {
       ordo::detail::resume(h);
@@ -414,10 +424,7 @@ void Reactor::post_resume(std::coroutine_handle<> h) noexcept {
 }
 
 void Reactor::post_callback(Pooled* p) noexcept {
-  {
-    std::lock_guard lock(state_->tasks_mutex);
-    ++state_->tasks;
-  }
+  state_->tasks.fetch_add(1, std::memory_order_relaxed);
   auto run = [this, p] {
     struct Finish {
       Reactor* io;
@@ -625,15 +632,17 @@ IoOp<void> Reactor::sleep_for(std::chrono::nanoseconds d) {
   });
 }
 
+// The launchers' bodies only start the request (a Pooled record, a submit);
+// its delivery completes the op, on the reaper or on the submitting thread.
 void Reactor::push_read(Var buffer_var, int fd, std::span<std::byte> buf, std::uint64_t offset, Var file_var,
                         OpAttrs attrs) {
   if (attrs.name == nullptr) attrs.name = "ordo::io read";
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { read(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {
-    engine_.push_async(body, opts_.resume_ctx, {}, {buffer_var}, attrs);
+    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {}, {buffer_var}, attrs);
   } else {
-    engine_.push_async(body, opts_.resume_ctx, {file_var}, {buffer_var}, attrs);
+    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {file_var}, {buffer_var}, attrs);
   }
 }
 
@@ -643,9 +652,9 @@ void Reactor::push_write(Var buffer_var, int fd, std::span<const std::byte> buf,
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { write(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {
-    engine_.push_async(body, opts_.resume_ctx, {buffer_var}, {}, attrs);
+    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {buffer_var}, {}, attrs);
   } else {
-    engine_.push_async(body, opts_.resume_ctx, {buffer_var}, {file_var}, attrs);
+    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {buffer_var}, {file_var}, attrs);
   }
 }
 

@@ -23,6 +23,17 @@
 // cancel attempt), so the memory of a delivered request is never named by a
 // later CQE. user_data is the request's address with a tag in the low bits.
 //
+// Deliveries that submit (the next read of a push_read lane, started on the
+// reaper itself: OpKind::fn_launcher; an exact transfer's next part) are
+// batched while reap_ready runs (t_batch_) and enter the kernel together.
+//
+// Direct sends. A send is first tried with a plain non-blocking send(2) on
+// the submitting thread (send_now), as Asio does, when no earlier submission
+// is still on its way into the kernel; only a socket without room (EAGAIN)
+// puts it in the ring. A CQE posted during io_uring_enter wakes a reaper
+// waiting in the kernel even when the submitter reaps it itself: at 64 echo
+// connections that was a wake-up (and an IPI) per message.
+//
 // Counting. Every SQE that will produce a CQE is counted in sqes_, internal
 // ones (cancels, the shutdown cancel-all) included; requests_ counts requests
 // from submit to delivery. Shutdown sets stopping_ (later requests are
@@ -32,6 +43,7 @@
 // counts are zero; only then is the ring freed.
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -39,6 +51,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backends.hpp"
 #include "ordo/engine.hpp"
@@ -123,10 +136,23 @@ class UringBackend final : public BackendImpl {
   void submit(Request* r) noexcept override {
     const Caller caller(callers_);
     requests_.fetch_add(1, std::memory_order_seq_cst);
+    r->backend_flags &= ~kUringDirect;
+    const bool batching = t_batch_ == this;
+    if (!batching && r->code == OpCode::send && send_now(r)) {
+      // The send's return to user space ran the task_work of this thread's
+      // waiting requests (a recv whose data came): deliver what it posted
+      // here, as a submit through the ring would, rather than leave it to
+      // the reaper (a wake-up and a post to a worker per completion).
+      reap_inline();
+      return;
+    }
     Request* head = incoming_.load(std::memory_order_relaxed);
     do {
       r->backend_next = head;
     } while (!incoming_.compare_exchange_weak(head, r, std::memory_order_release, std::memory_order_relaxed));
+    // Submitted by a delivery in reap_ready (the next push_read launched on
+    // the reaper, an exact transfer's next part): it flushes once at the end.
+    if (batching) return;
     flush();
     reap_inline();
     wake_reaper_if_needed();
@@ -199,6 +225,36 @@ class UringBackend final : public BackendImpl {
     do {
       node->next = head;
     } while (!cancels_.compare_exchange_weak(head, node, std::memory_order_release, std::memory_order_relaxed));
+  }
+
+  /// A send tried at once with a plain non-blocking syscall on the calling
+  /// thread, as Asio's reactor does, when nothing submitted earlier is still
+  /// waiting to enter the kernel (a request another thread is flushing right
+  /// now, or one that found the queue full: this send must not overtake it).
+  /// io_uring's own first attempt is that same non-blocking send, made inside
+  /// io_uring_enter; doing it here spares the SQE, the CQE and above all the
+  /// wake-up of the reaper that every CQE posted during io_uring_enter causes
+  /// while it waits in the kernel (measured: echo at 64 connections, see
+  /// docs/io-bench.md). Returns false when the socket's buffer is full (EAGAIN):
+  /// the send then goes through the ring and waits there. A send that moved
+  /// some bytes or failed is delivered here, in a CompletionThread scope, as
+  /// the submit contract allows.
+  bool send_now(Request* r) noexcept {
+    if (stopping_.load(std::memory_order_seq_cst) || flushing_.load(std::memory_order_seq_cst) ||
+        incoming_.load(std::memory_order_seq_cst) != nullptr || has_pending_.load(std::memory_order_seq_cst)) {
+      return false;
+    }
+    ssize_t n = 0;
+    do {
+      n = ::send(r->fd, r->addr, static_cast<std::size_t>(r->len),
+                 static_cast<int>(r->op_flags) | MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    r->res = n < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(n);
+    r->backend_flags |= kUringDirect;
+    const ordo::CompletionThread scope;
+    drop(r);
+    return true;
   }
 
   /// Drops one of the request's references; the last one delivers it.
@@ -475,18 +531,22 @@ class UringBackend final : public BackendImpl {
     if (parked_.exchange(0, std::memory_order_seq_cst) != 0) parked_.notify_one();
   }
 
-  /// Delivers every CQE in the queue (the caller holds reaping_).
+  /// Delivers every CQE in the queue (the caller holds reaping_). Requests
+  /// that the deliveries submit are batched (t_batch_): one io_uring_enter
+  /// after the loop for all of them, rather than one each.
   void reap_ready() noexcept {
     unsigned head = 0;
     unsigned n = 0;
     io_uring_cqe* cqe = nullptr;
+    UringBackend* const outer = std::exchange(t_batch_, this);
     io_uring_for_each_cqe(&ring_, head, cqe) {
       handle(cqe);
       ++n;
     }
     io_uring_cq_advance(&ring_, n);
     sqes_.fetch_sub(n, std::memory_order_release);
-    // Submissions that found the queue full are waiting for this.
+    t_batch_ = outer;
+    // Submissions of the deliveries, and those that found the queue full.
     if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
         cancels_.load(std::memory_order_acquire) != nullptr) {
       flush();
@@ -511,6 +571,8 @@ class UringBackend final : public BackendImpl {
     reaping_.store(false, std::memory_order_release);
   }
 
+  /// The backend whose reap_ready runs on this thread (its deliveries' submits are batched).
+  static inline thread_local UringBackend* t_batch_ = nullptr;
   io_uring ring_{};
   bool ring_ready_ = false;
   bool shut_down_ = false;

@@ -79,6 +79,20 @@ void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan 
   guard.release();
 }
 
+// An internal launcher (OpKind::fn_launcher); see detail::LauncherPush.
+void Engine::submit_launcher(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
+                             const OpAttrs& attrs) {
+  detail::AccessSpec specs[2];
+  if (reads.size() + writes.size() > 2 || attrs.prop != FnProperty::async) {
+    throw Error(Errc::invalid_argument, "internal launcher: an async op of at most 2 variables");
+  }
+  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn_launcher;
+  core_->submit(op, ctx, specs, n, attrs);
+  guard.release();
+}
+
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
   detail::AccessSpec spec{core_->checked_record(var), detail::VarRecord::gen_of(var), true};
   detail::OpRecord* op = guard.get();

@@ -574,8 +574,14 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     }
     return;
   }
-  if (op->prop == FnProperty::async && (from_push || ts.engine == this)) {
-    run_inline(op);  // a cheap launcher: no queue hop (never on a foreign completing thread)
+  if (op->prop == FnProperty::async &&
+      (from_push || ts.engine == this ||
+       (op->kind == OpKind::fn_launcher && ts.completion_thread && ts.depth == 0))) {
+    // A cheap launcher: no queue hop. Never on a foreign completing thread;
+    // on a completion thread only ordo's own, which run no user code, and
+    // not inside ops it is running (a pusher reaping its own I/O): those
+    // go to the workers, which then keep the chain going in parallel.
+    run_inline(op);
     return;
   }
   if (from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread && runs_short(op)) {

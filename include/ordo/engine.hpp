@@ -31,6 +31,7 @@ namespace ordo {
 
 namespace detail {
 class EngineCore;
+struct LauncherPush;
 struct OperatorRecord;
 struct ReadsTag;
 struct WritesTag;
@@ -251,7 +252,9 @@ class Engine {
   [[nodiscard]] static std::exception_ptr skip_reason() noexcept;
 
  private:
+  friend struct detail::LauncherPush;  // internal launchers (OpKind::fn_launcher): ordo::io
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
@@ -271,6 +274,9 @@ class Engine {
 /// naive engine, every dependant (run on the naive engine's helper thread).
 /// Other threads that are not workers get the same treatment from the pooled
 /// and per-device engines; the naive engine runs dependants on them inline.
+/// One exception: ordo's internal launchers (ordo::io's push_read/push_write
+/// ops, whose bodies only submit a request and run no user code) run on a
+/// completion thread where they become ready (pooled, per-device engines).
 ///
 /// @par Thread safety
 /// Affects the calling thread only; scopes nest.

@@ -432,6 +432,54 @@ TEST_P(BackendTest, SocketpairRecvSendAndReadWrite) {
   EXPECT_EQ(run(eof), 0);
 }
 
+/// A socketpair whose `w` end has no room left: a non-blocking send there
+/// fails with EAGAIN. Returns how many bytes are queued towards `r`.
+std::size_t fill_socket(Pipe& s) {
+  const int small = 4096;
+  ::setsockopt(s.w.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  std::vector<char> chunk(1024, 'f');
+  std::size_t queued = 0;
+  for (;;) {
+    const ssize_t n = ::send(s.w.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+      return queued;
+    }
+    queued += static_cast<std::size_t>(n);
+  }
+}
+
+// A send that finds the socket full waits (on io_uring: in the ring, not as
+// the direct send tried first) and completes once the peer reads, its bytes
+// after those queued before it.
+TEST_P(BackendTest, SendOnAFullSocketWaitsForTheReaderAndKeepsTheStreamInOrder) {
+  Pipe s = make_socketpair();
+  const timeval limit{30, 0};  // a send that never completes fails the test instead of hanging it
+  ::setsockopt(s.r.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  const std::size_t queued = fill_socket(s);
+  ASSERT_GT(queued, 0U);
+  std::string tail = "tail-of-the-stream";
+  TestOp send(OpCode::send, s.w.get(), tail.data(), tail.size());
+  backend_->submit(&send);
+  TestOp nop(OpCode::nop);
+  EXPECT_EQ(run(nop), 0);
+  EXPECT_EQ(send.delivered(), 0) << "a send on a full socket completed (res " << send.res << ")";
+  std::string got;
+  std::vector<char> buf(4096);
+  while (got.size() < queued + tail.size()) {
+    const ssize_t n = ::recv(s.r.get(), buf.data(), buf.size(), 0);
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    got.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  ASSERT_TRUE(send.wait());
+  check_delivery(send);
+  EXPECT_EQ(send.res, static_cast<std::int64_t>(tail.size()));
+  EXPECT_EQ(got, std::string(queued, 'f') + tail);
+  if (GetParam() == "uring") {
+    EXPECT_EQ(send.backend_flags & detail::kUringDirect, 0U) << "went around the ring";
+  }
+}
+
 TEST_P(BackendTest, SendToAClosedPeerIsEPIPENotSIGPIPE) {
   Pipe s = make_socketpair();
   s.r.reset();
@@ -837,6 +885,43 @@ TEST(ThreadsBackend, WriteToABrokenPipeIsEPIPENotSIGPIPE) {
   EXPECT_EQ(again.res, -EPIPE);
   backend->shutdown();
 }
+
+#ifdef ORDO_IO_HAVE_URING
+// io_uring: a send the socket has room for is made with a direct
+// non-blocking syscall on the submitting thread and delivered there, before
+// submit() returns, in a CompletionThread scope; the bytes arrive in order
+// and its failures (EPIPE) are reported the same way.
+TEST(UringBackend, SendWithRoomCompletesOnTheSubmittingThreadWithoutTheRing) {
+  std::string why;
+  auto backend = detail::make_uring_backend(IoOptions{}, why);
+  if (!backend) GTEST_SKIP() << "io_uring unavailable: " << why;
+  Pipe s = make_socketpair();
+  std::string sent;
+  for (int i = 0; i < 100; ++i) {
+    std::string msg = "message " + std::to_string(i) + ";";
+    TestOp send(OpCode::send, s.w.get(), msg.data(), msg.size());
+    backend->submit(&send);
+    ASSERT_EQ(send.delivered(), 1) << "not delivered before submit returned";
+    EXPECT_EQ(send.res, static_cast<std::int64_t>(msg.size()));
+    EXPECT_TRUE(send.on_completion_thread);
+    EXPECT_EQ(send.thread, std::this_thread::get_id());
+    EXPECT_NE(send.backend_flags & detail::kUringDirect, 0U) << "went through the ring";
+    sent += msg;
+  }
+  std::string got(sent.size(), '\0');
+  ASSERT_EQ(::recv(s.r.get(), got.data(), got.size(), MSG_WAITALL), static_cast<ssize_t>(sent.size()));
+  EXPECT_EQ(got, sent);
+  s.r.reset();
+  std::string lost = "lost";
+  TestOp broken(OpCode::send, s.w.get(), lost.data(), lost.size());
+  backend->submit(&broken);
+  ASSERT_EQ(broken.delivered(), 1);
+  EXPECT_EQ(broken.res, -EPIPE);
+  EXPECT_TRUE(broken.on_completion_thread);
+  backend->shutdown();
+  EXPECT_EQ(backend->in_flight(), 0U);
+}
+#endif
 
 /// Requests on one socket complete in submission order.
 TEST(ThreadsBackend, RequestsOnOneFdCompleteInOrder) {

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "core/test_util.hpp"
+#include "ordo/detail/launcher.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/io.hpp"
 #include "ordo/task.hpp"
@@ -426,6 +427,96 @@ TEST_P(Io, LoopbackTcpAcceptConnectSendRecv) {
   auto [got_server, got_client] = sync_wait(both());
   EXPECT_EQ(got_server, "ping!");
   EXPECT_EQ(got_client, "pong!");
+}
+
+// Many connections echoing at once over socketpairs: completions arrive in
+// bunches, delivered by the reaper, by a submitter reaping inline (io_uring)
+// or at once by a direct send (io_uring, a socket with room). Every coroutine
+// must continue exactly once per request, on a worker, with its own data.
+TEST_P(Io, ManyConnectionsEchoWithEveryContinuationOnAWorker) {
+  constexpr int kConns = 48;
+  constexpr int kRounds = 60;
+  const std::uint64_t seed = test_seed("echo");
+  std::vector<Fd> ends;
+  for (int i = 0; i < kConns; ++i) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    ends.emplace_back(sv[0]);
+    ends.emplace_back(sv[1]);
+  }
+  std::atomic<int> off_worker{0}, echoed{0}, wrong{0};
+  auto on_worker = [&] {
+    if (!engine.on_worker_of(Context::cpu())) off_worker.fetch_add(1);
+  };
+  auto server = [&](int fd) -> Task<void> {
+    std::vector<char> buf(64);
+    for (;;) {
+      const std::size_t n = co_await io.recv(fd, bytes(buf));
+      on_worker();
+      if (n == 0) co_return;
+      co_await io.send(fd, std::as_bytes(std::span(buf.data(), n))).exact();
+      on_worker();
+    }
+  };
+  auto client = [&](int fd, int c) -> Task<void> {
+    std::mt19937_64 rng(seed + static_cast<std::uint64_t>(c));
+    std::vector<char> out, in;
+    for (int r = 0; r < kRounds; ++r) {
+      out.assign(1 + rng() % 48, '\0');
+      for (char& ch : out) ch = static_cast<char>('a' + rng() % 26);
+      co_await io.send(fd, std::as_bytes(std::span(out))).exact();
+      on_worker();
+      in.assign(out.size(), '\0');
+      co_await io.recv(fd, bytes(in)).exact();
+      on_worker();
+      (in == out ? echoed : wrong).fetch_add(1);
+    }
+    ::shutdown(fd, SHUT_WR);  // the server sees the end of the stream
+  };
+  AsyncScope scope;
+  for (int i = 0; i < kConns; ++i) {
+    scope.spawn(server(ends[2 * i].fd));
+    scope.spawn(client(ends[2 * i + 1].fd, i));
+  }
+  scope.sync_join();
+  EXPECT_EQ(echoed.load(), kConns * kRounds);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(off_worker.load(), 0) << "a coroutine continued off the engine's workers";
+}
+
+// A read completed by a completion thread (the reaper, the thread backend's
+// poll thread) makes the next op of its buffer ready there. ordo's own
+// launchers (push_read/push_write: they only submit) start right there, with
+// no hop to a worker; a user's async op, even a cheap one, still goes to a
+// worker: a completion thread never runs user code.
+TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  Fd r(p[0]), w(p[1]);
+  std::vector<char> first(1), second(1);
+  Var v = engine.new_variable();
+  io.push_read(v, r.fd, bytes(first), Reactor::kCurrent);  // waits for the pipe
+  struct Seen {
+    std::atomic<bool> ran{false}, completion{false}, worker{false};
+  } launcher, user;
+  auto record = [this](Seen& seen) {
+    return [this, &seen](RunContext, OnComplete done) {
+      seen.completion = CompletionThread::active();
+      seen.worker = engine.on_worker_of(Context::cpu());
+      seen.ran = true;
+      done();
+    };
+  };
+  ordo::detail::LauncherPush::push(engine, record(launcher), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  engine.push_async(record(user), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  io.push_read(v, r.fd, bytes(second), Reactor::kCurrent);  // launched behind the user's op
+  ASSERT_EQ(::write(w.fd, "ab", 2), 2);
+  engine.wait_for_var(v);
+  EXPECT_EQ(std::string(first.data(), 1) + std::string(second.data(), 1), "ab");
+  ASSERT_TRUE(launcher.ran && user.ran);
+  EXPECT_TRUE(launcher.completion) << "the launcher hopped to a worker";
+  EXPECT_FALSE(user.completion) << "a user's async op ran on a completion thread";
+  EXPECT_TRUE(user.worker);
 }
 
 TEST_P(Io, ReadvWritevMoveEverySegment) {

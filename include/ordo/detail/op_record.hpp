@@ -23,6 +23,9 @@ enum class OpKind : std::uint8_t {
   oper,      ///< body in the pre-built operator OpRecord::oper
   fn_stream_ordered,  ///< body in OpRecord::fn, pushed by Engine::push_stream_ordered:
                       ///< never held by a FenceGate (ordo/fence.hpp)
+  fn_launcher,  ///< internal: an async body in OpRecord::fn that only starts asynchronous work and
+                ///< runs no user code (ordo::io's push_read/push_write, via detail::LauncherPush):
+                ///< runs inline where it becomes ready, a CompletionThread included
   // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
   posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the

@@ -1,0 +1,31 @@
+// ordo/detail/launcher.hpp - internal launchers: async ops whose body only
+// starts asynchronous work and runs no user code (ordo::io's push_read and
+// push_write). Internal; not for user code.
+#pragma once
+
+#include <utility>
+
+#include "ordo/engine.hpp"
+
+namespace ordo::detail {
+
+/// Pushes an internal launcher (OpKind::fn_launcher): an async op (`fn` is
+/// `void(RunContext, OnComplete)`, attrs.prop must be FnProperty::async, at
+/// most 2 variables) whose body only starts a request. Like every async op it
+/// runs inline where it becomes ready on a pushing thread or a worker; unlike
+/// a user's, also on a completion thread (an I/O reaper that completed the
+/// previous op of the same variable) outside any op it runs, instead of
+/// waking a worker just to start the next request: at queue depth 1 on
+/// O_DIRECT that wake-up was a hop per read that fio does not pay. The
+/// Engine befriends this struct; users cannot push such ops otherwise.
+struct LauncherPush {
+  template <class F>
+  static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+    OpRecord* op = op_alloc();
+    OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    engine.submit_launcher(guard, ctx, reads, writes, attrs);
+  }
+};
+
+}  // namespace ordo::detail
