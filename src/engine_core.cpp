@@ -271,13 +271,21 @@ void EngineCore::throttle() {
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
   if (held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight)) return;
+  // Work first: while ops are short, wait until the window has drained, not
+  // to half. A pusher that fills the window faster than the workers empty it
+  // pushes ops that wait behind the workers' (a chain one op behind them),
+  // so no push finds its variables free and runs it; after a full drain
+  // they do, and the window stays empty.
+  const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
+  const std::int64_t resume_at = avg >= 0 && avg < inline_below_ns_ ? 0 : low_water_;
   std::unique_lock lock(idle_mutex_);
+  resume_at_.store(resume_at, std::memory_order_relaxed);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
   // Wait while the engine can make progress without this thread. If every
   // worker is idle with ops still in flight, those ops wait for something
   // outside the engine (an async completion, maybe one this thread will
   // trigger later): then the pusher goes on rather than deadlock.
-  while (held_back_count() > low_water_ && !all_idle()) idle_cv_.wait(lock);
+  while (held_back_count() > resume_at && !all_idle()) idle_cv_.wait(lock);
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -834,7 +842,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
 bool EngineCore::must_notify(std::int64_t after) const noexcept {
   return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
          (throttle_waiters_.load(std::memory_order_seq_cst) > 0 &&
-          after - async_started_.load(std::memory_order_relaxed) <= low_water_);
+          after - async_started_.load(std::memory_order_relaxed) <= resume_at_.load(std::memory_order_relaxed));
 }
 
 std::int64_t EngineCore::held_back_count() const noexcept {

@@ -165,6 +165,10 @@ class EngineCore {
   /// was installed, and those happen-before the dispatches that must see them.
   std::atomic<FenceGate*> gate_{nullptr};
   std::int64_t low_water_ = 0;
+  /// The count a throttled pusher waits for (low_water_, or 0 under work
+  /// first); written under idle_mutex_ by the last pusher to wait, read by
+  /// completions to decide whether to wake it (a hint: see throttle()).
+  std::atomic<std::int64_t> resume_at_{0};
   /// Work first: Options::inline_below_ns (0 = off; naive: off, it runs
   /// everything inline anyway), and the moving average of timed CPU ops
   /// in ns (-1: none timed yet). Relaxed: a hint.
