@@ -1,6 +1,7 @@
 // The profiler (ordo/profiler.hpp): the Chrome trace read back with a strict
 // JSON parser, the DOT graph of a known dependency graph, the summary, the
 // memory bound, the options and the misuse errors, on every engine kind.
+#include <future>
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -57,19 +58,14 @@ void run_mixed(Engine& engine) {
   engine.push_sync([&] { vc = va + 1; }, cpu, {a}, {c}, {.name = "plus"});
   engine.push_sync([&] { vd = vb + vc; }, cpu, {b, c}, {d}, {.name = "sum"});
 
-  // Completed by another thread once its dependant is queued behind it.
-  Gate go;
-  std::thread completer;
-  engine.push_async(
-      [&](RunContext, OnComplete done) {
-        completer = std::thread([&go, done] {
-          go.wait();
-          done();
-        });
-      },
-      cpu, {}, {e}, {.name = "fetch"});
+  // Completed by another thread once its dependant is queued behind it. The
+  // body only hands its OnComplete over: once that is called the op is done
+  // and wait_for_all may return, so the body must not touch this frame after.
+  std::promise<OnComplete> fetch;
+  engine.push_async([&](RunContext, OnComplete done) { fetch.set_value(std::move(done)); }, cpu, {}, {e},
+                    {.name = "fetch"});
   engine.push_sync([] {}, cpu, {e}, {f}, {.name = "after_fetch"});
-  go.open();
+  std::thread completer([&fetch] { fetch.get_future().get()(); });
 
   engine.push_sync([] { throw std::runtime_error("boom!"); }, cpu, {}, {g}, {.name = "boom"});
   engine.push_sync([] {}, cpu, {g}, {h}, {.name = "skip_me"});
