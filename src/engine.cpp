@@ -64,6 +64,15 @@ void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan 
   guard.release();
 }
 
+// submit() of an op that begin_direct normalised, then found a variable busy.
+void Engine::submit_normalized(detail::OpGuard& guard, Context ctx, const detail::DirectRun& run,
+                               const OpAttrs& attrs) {
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn;
+  core_->submit(op, ctx, run.specs, run.n, attrs);
+  guard.release();
+}
+
 // submit() with another kind. A copy rather than a shared helper taking the
 // kind: the helper cost the hot submit 6 instructions per op (callgrind, W2).
 void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
@@ -151,6 +160,22 @@ void Engine::push(Operator handle, Context ctx, int priority) {
   if (rec->gen.load(std::memory_order_acquire) != handle.gen_) {
     core_->release_operator(rec);
     throw Error(Errc::deleted_operator, "push of a deleted operator");
+  }
+  if (core_->direct_allowed(ctx, rec->attrs, rec->access.size()) && !rec->fn.is_async()) {
+    // Work first's direct path (detail::DirectRun), with the operator's lists.
+    detail::DirectRun run;
+    if (core_->begin_direct(run, ctx, rec->access.data(), rec->access.size(), rec->attrs) ==
+        detail::Direct::granted) {
+      detail::ErrorRecord* own = nullptr;
+      try {
+        rec->fn.invoke_sync(RunContext{ctx, nullptr, -1});
+      } catch (...) {
+        own = core_->make_error(std::current_exception(), run.self.name);
+      }
+      core_->end_direct(run, own);
+      core_->release_operator(rec);
+      return;
+    }
   }
   detail::OpRecord* op = detail::op_alloc();
   op->kind = detail::OpKind::oper;

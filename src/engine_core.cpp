@@ -399,6 +399,98 @@ bool EngineCore::completes_in_push(const OpRecord* op) const noexcept {
 }
 
 // ---------------------------------------------------------------------------
+// The direct path (detail::DirectRun): work first without an op record
+
+bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
+  // The cases in which submit() would run a sync op ready at push on this
+  // thread (completes_in_push), narrowed to the common ones: a normal CPU op
+  // of few variables, no profiler, no fence gate, under the in-flight bound.
+  if (attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 || n > DirectRun::kMaxAccess) {
+    return false;
+  }
+  const ThreadState& ts = t_state;
+  if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
+  if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
+  if (opts_.kind != EngineKind::naive && !short_ops()) return false;
+  return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
+}
+
+Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
+                                const OpAttrs& attrs) noexcept {
+  // Grant every access now or none: all variables locked in address order
+  // (the push's atomic step), each one free for this access and carrying no
+  // live error (a skip), and no handle stale (the usual push throws for it).
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    v->lock.lock();
+    if (v->gen != specs[i].gen || v->head != nullptr || v->write_running ||
+        (specs[i].write && v->running_reads != 0) || live(v->error)) {
+      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
+      return Direct::normalized;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    if (specs[i].write) {
+      v->write_running = true;
+    } else {
+      ++v->running_reads;
+    }
+    v->lock.unlock();
+  }
+  ThreadState& ts = t_state;
+  run.specs = specs;
+  run.n = static_cast<std::uint32_t>(n);
+  run.ctx = ctx;
+  run.self = RunningOp{this, attrs.name};
+  run.outer = ts.running;
+  ts.running = &run.self;
+  ts.depth = 1;
+  run.timed = inline_below_ns_ != 0 && ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                                        samples_.load(std::memory_order_relaxed) < kFirstSamples);
+  if (run.timed) run.t0 = now_ns();
+  return Direct::granted;
+}
+
+void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
+  if (run.timed) [[unlikely]] record_duration(now_ns() - run.t0);
+  ThreadState& ts = t_state;
+  ts.running = run.outer;
+  // complete() for an op without a record: release the accesses, hand the
+  // ops they make ready on (none, unless another thread pushed behind this
+  // one meanwhile), then run what the body left to run after it (the naive
+  // engine's posts and pushes from inside an op).
+  ReadyList ready;
+  for (std::uint32_t i = 0; i < run.n; ++i) {
+    VarRecord* v = run.specs[i].var;
+    v->lock.lock();
+    if (run.specs[i].write) {
+      v->write_running = false;
+      ++v->version;
+      if (v->error != own) {
+        release(v->error);
+        v->error = retain(own);
+      }
+    } else {
+      --v->running_reads;
+    }
+    grant_waiting<false>(v, ready, nullptr);
+    v->lock.unlock();
+  }
+  release(own);
+  if (ready.head != nullptr || ts.inline_head != nullptr) [[unlikely]] {
+    const Call call(this);
+    for (OpRecord* r = ready.head; r != nullptr;) {
+      OpRecord* next = r->next;
+      dispatch(r, /*from_push=*/false);
+      r = next;
+    }
+    drain_inline(ts);
+  }
+  ts.depth = 0;
+}
+
+// ---------------------------------------------------------------------------
 // Operators
 
 OperatorRecord* EngineCore::alloc_operator() {
@@ -489,13 +581,17 @@ void EngineCore::run_now(OpRecord* op) {
   }
   ts.depth = 1;
   op->engine->execute(op);
+  drain_inline(ts);
+  ts.depth = 0;
+}
+
+void EngineCore::drain_inline(ThreadState& ts) {
   while (ts.inline_head != nullptr) {
     OpRecord* next = ts.inline_head;
     ts.inline_head = next->next;
     if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
     next->engine->execute(next);
   }
-  ts.depth = 0;
 }
 
 void EngineCore::run_later(OpRecord* op) {
@@ -640,8 +736,9 @@ void EngineCore::execute(OpRecord* op) {
   const RunContext rc{op->ctx, nullptr, ts.engine == this ? ts.index : -1};
   OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
   const char* name = op->name;
-  OpRecord* outer = ts.running;
-  ts.running = op;
+  const RunningOp self{this, name};
+  const RunningOp* outer = ts.running;
+  ts.running = &self;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
     // Every kSampleEvery-th CPU op on this thread is timed, for runs_short().
@@ -976,3 +1073,25 @@ std::size_t EngineCore::pending_errors() {
 }
 
 }  // namespace ordo::detail
+
+namespace ordo {
+
+// Engine's side of the direct path: here, so that the core's parts inline.
+detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
+                                    const OpAttrs& attrs) {
+  detail::EngineCore* core = core_.get();
+  if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
+  const std::size_t n = detail::EngineCore::normalize(reads, writes, run.local, core);
+  run.specs = run.local;
+  run.n = static_cast<std::uint32_t>(n);
+  return core->begin_direct(run, ctx, run.local, n, attrs);
+}
+
+void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }
+
+void Engine::fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept {
+  detail::EngineCore* core = core_.get();
+  core->end_direct(run, core->make_error(std::move(error), run.self.name));
+}
+
+}  // namespace ordo

@@ -69,6 +69,15 @@ class EngineCore {
   void submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs);
   static std::size_t normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
 
+  // The direct path (detail::DirectRun): whether a push may take it (before
+  // normalising: the cheap checks), then the grant of all its accesses
+  // (Direct::granted: the caller runs the body, then end_direct with the
+  // body's error, if any; an owned reference).
+  [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
+  Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
+                      const OpAttrs& attrs) noexcept;
+  void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
+
   // Operators.
   OperatorRecord* alloc_operator();
   void free_operator(OperatorRecord* rec) noexcept;
@@ -117,6 +126,8 @@ class EngineCore {
   DevicePools& device(int id);
   WorkerPool& helper_pool();
   void run_now(OpRecord* op);
+  /// Runs the ops trampolined on this thread (run_later) until none is left.
+  static void drain_inline(ThreadState& ts);
   void run_later(OpRecord* op);
   void op_finished() noexcept;
   bool must_notify(std::int64_t after) const noexcept;
@@ -142,8 +153,14 @@ class EngineCore {
   [[nodiscard]] bool runs_short(const OpRecord* op) const noexcept {
     if (!sampled(op)) return false;
     const OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
+    return short_ops() && !fn.is_async();
+  }
+  /// Work first is on and the engine's timed CPU ops are short (false until
+  /// one has been timed: an op of unknown length, which may wait for
+  /// something its pusher does next, goes to a worker).
+  [[nodiscard]] bool short_ops() const noexcept {
     const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
-    return avg >= 0 && avg < inline_below_ns_ && !fn.is_async();
+    return avg >= 0 && avg < inline_below_ns_;
   }
   /// Ops whose duration feeds the average: what the CPU pool would run.
   [[nodiscard]] static bool sampled(const OpRecord* op) noexcept {

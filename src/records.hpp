@@ -48,14 +48,6 @@ inline void release(ErrorRecord* e) noexcept {
   if (e != nullptr && e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
 }
 
-/// A normalised access used to build op access lists: sorted by `var`
-/// address (the global lock order), duplicates merged, read+write = write.
-struct AccessSpec {
-  VarRecord* var;
-  std::uint32_t gen;
-  bool write;
-};
-
 /// One engine variable: its dependency queue (the ThreadedVar of MXNet).
 ///
 /// Invariants (all fields below `lock` are guarded by it):

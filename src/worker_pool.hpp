@@ -30,7 +30,7 @@ struct ThreadState {
   EngineCore* engine = nullptr;  ///< engine this thread is a worker of (null: foreign thread)
   WorkerPool* pool = nullptr;    ///< its pool
   int index = -1;                ///< its index in the pool
-  OpRecord* running = nullptr;   ///< op whose body is on this thread's stack
+  const RunningOp* running = nullptr;  ///< op whose body is on this thread's stack
   int depth = 0;                 ///< >0 while the thread drains inline work
   OpRecord* inline_head = nullptr;  ///< ops to run inline once the current one is done
   OpRecord* inline_tail = nullptr;

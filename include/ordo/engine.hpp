@@ -116,6 +116,36 @@ class Engine {
   void push_sync(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     static_assert(detail::is_sync_fn_v<std::decay_t<F>>,
                   "push_sync needs a body callable as void(RunContext) or void()");
+    {
+      // Work first's direct path (detail::DirectRun): a short op whose
+      // variables are free runs here, with no op record. An rvalue body is
+      // called in place; an lvalue one is copied first, as a queued push
+      // copies it (the caller's object never sees the call).
+      detail::DirectRun run;
+      const detail::Direct d = begin_direct(run, ctx, reads, writes, attrs);
+      if (d == detail::Direct::granted) {
+        try {
+          if constexpr (std::is_lvalue_reference_v<F> || std::is_const_v<std::remove_reference_t<F>>) {
+            std::decay_t<F> body(fn);
+            detail::call_sync(body, RunContext{ctx, nullptr, -1});
+          } else {
+            detail::call_sync(fn, RunContext{ctx, nullptr, -1});
+          }
+        } catch (...) {
+          fail_direct(run, std::current_exception());
+          return;
+        }
+        end_direct(run);
+        return;
+      }
+      if (d == detail::Direct::normalized) {
+        detail::OpRecord* op = detail::op_alloc();
+        detail::OpGuard guard(op);
+        op->fn.emplace(std::forward<F>(fn));
+        submit_normalized(guard, ctx, run, attrs);
+        return;
+      }
+    }
     detail::OpRecord* op = detail::op_alloc();
     detail::OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
@@ -254,6 +284,12 @@ class Engine {
  private:
   friend struct detail::LauncherPush;  // internal launchers (OpKind::fn_launcher): ordo::io
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_normalized(detail::OpGuard& op, Context ctx, const detail::DirectRun& run, const OpAttrs& attrs);
+  /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).
+  detail::Direct begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
+                              const OpAttrs& attrs);
+  void end_direct(detail::DirectRun& run) noexcept;
+  void fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept;
   void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);

@@ -7,6 +7,10 @@
 #include <climits>
 #include <cstdlib>
 #include <future>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <vector>
 #include <thread>
 
 #include "test_util.hpp"
@@ -176,6 +180,146 @@ TEST_P(WorkFirst, WaitInsideAnInlineOpIsTheUsualError) {
   }, Context::cpu(), {}, {v});
   engine.wait_for_all();
   EXPECT_EQ(code.load(), static_cast<int>(Errc::wait_inside_op));
+}
+
+// The direct path (detail::DirectRun): a short op whose variables are free
+// runs on its pusher without an op record. It must keep every rule of a
+// queued op: versions, errors in and out, reads shared, writes exclusive.
+
+TEST_P(WorkFirst, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var in = engine.new_variable();
+  Var out = engine.new_variable();
+  Var next = engine.new_variable();
+  const auto me = std::this_thread::get_id();
+  std::atomic<bool> failer_here{false};
+  engine.push_sync([&] {
+    failer_here.store(std::this_thread::get_id() == me);
+    throw std::runtime_error("direct failure");
+  }, Context::cpu(), {in}, {out}, {.name = "failer"});
+  EXPECT_TRUE(failer_here.load()) << "the failing op did not run in its push";
+  EXPECT_EQ(engine.var_version(out), 1U) << "a failed write is a write";
+  EXPECT_EQ(engine.var_version(in), 0U) << "a read is not";
+  // `out` carries the error: an op reading it is skipped (its body is never
+  // called) and passes the error on to what it writes.
+  std::atomic<bool> called{false};
+  engine.push_sync([&] { called.store(true); }, Context::cpu(), {out}, {next});
+  EXPECT_THROW(engine.wait_for_all(), std::runtime_error);  // the failure, once
+  EXPECT_FALSE(called.load()) << "an op reading a failed variable ran";
+  EXPECT_EQ(engine.var_version(next), 1U) << "a skipped write is a write";
+}
+
+TEST_P(WorkFirst, DirectErrorReachesWaitForVarThroughASkippedOp) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var a = engine.new_variable();
+  Var b = engine.new_variable();
+  engine.push_sync([] { throw std::runtime_error("first"); }, Context::cpu(), {}, {a});
+  engine.push_sync([] {}, Context::cpu(), {a}, {b});
+  try {
+    engine.wait_for_var(b);
+    FAIL() << "wait_for_var(b) did not rethrow the error that reached b";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "first");
+  }
+}
+
+TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var r = engine.new_variable();
+  // An async op reads r and holds its read until we complete it.
+  std::promise<OnComplete> held;
+  engine.push_async([&](RunContext, OnComplete done) { held.set_value(done); }, Context::cpu(), {r}, {});
+  OnComplete done = held.get_future().get();
+  // Another read of r is granted beside it: it runs in its push.
+  const auto me = std::this_thread::get_id();
+  std::atomic<bool> reader_here{false};
+  engine.push_sync([&] { reader_here.store(std::this_thread::get_id() == me); }, Context::cpu(), {r}, {});
+  EXPECT_TRUE(reader_here.load()) << "a read beside a running read did not run in its push";
+  // A write of r must wait for the async reader: not in its push.
+  std::atomic<bool> wrote{false};
+  engine.push_sync([&] { wrote.store(true); }, Context::cpu(), {}, {r});
+  EXPECT_FALSE(wrote.load()) << "a write ran while a read of its variable was running";
+  done();
+  engine.wait_for_var(r);
+  EXPECT_TRUE(wrote.load());
+  EXPECT_EQ(engine.var_version(r), 1U);
+}
+
+TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var v = engine.new_variable();
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> runs{0};
+  std::atomic<bool> here{true};
+  std::atomic<int> worker{-2};
+  std::atomic<bool> fail{false};
+  Operator op = engine.new_operator([&](RunContext rc) {
+    runs.fetch_add(1);
+    worker.store(rc.worker);
+    if (std::this_thread::get_id() != me) here.store(false);
+    if (fail.load()) throw std::runtime_error("operator failure");
+  }, {}, {v}, {.name = "op"});
+  for (int i = 0; i < 20; ++i) engine.push(op, Context::cpu());
+  EXPECT_EQ(runs.load(), 20) << "an operator push did not run in the push";
+  EXPECT_TRUE(here.load());
+  EXPECT_EQ(worker.load(), -1);
+  fail.store(true);
+  engine.push(op, Context::cpu());
+  EXPECT_EQ(engine.var_version(v), 21U);
+  try {
+    engine.wait_for_var(v);
+    FAIL() << "wait_for_var did not rethrow the operator's failure";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "operator failure");
+  }
+  engine.delete_operator(op);
+  try {
+    engine.push(op, Context::cpu());
+    FAIL() << "a push of a deleted operator was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::deleted_operator);
+  }
+}
+
+TEST_P(WorkFirst, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  // More variables than the direct path takes (detail::DirectRun::kMaxAccess):
+  // the usual push, which still runs it here.
+  std::vector<Var> many;
+  for (int i = 0; i < 12; ++i) many.push_back(engine.new_variable());
+  std::atomic<bool> ran{false};
+  engine.push_sync([&] { ran.store(true); }, Context::cpu(), std::span(many).first(6),
+                   std::span(many).subspan(6));
+  EXPECT_TRUE(ran.load()) << "a short op of 12 variables did not run in its push";
+  // A mutable body handed over as an lvalue, const or not: each push runs
+  // its own copy, as a queued push does; the caller's object is untouched.
+  int seen = 0;
+  const auto body = [&seen, calls = 0]() mutable { seen = ++calls; };
+  engine.push_sync(body, Context::cpu(), {}, {many[0]});
+  engine.push_sync(body, Context::cpu(), {}, {many[0]});
+  engine.wait_for_all();
+  EXPECT_EQ(seen, 1) << "each push runs its own copy of the body";
+  auto counter = [&seen, calls = 0]() mutable { seen = ++calls; };
+  engine.push_sync(counter, Context::cpu(), {}, {many[0]});
+  engine.push_sync(counter, Context::cpu(), {}, {many[0]});
+  EXPECT_EQ(seen, 1) << "each push runs its own copy of the body";
+  counter();
+  EXPECT_EQ(seen, 1) << "a push called the caller's own body object";
+  // A move-only body runs in place.
+  auto owned = std::make_unique<int>(7);
+  engine.push_sync([p = std::move(owned), &seen] { seen = *p; }, Context::cpu(), {}, {many[1]});
+  engine.wait_for_all();
+  EXPECT_EQ(seen, 7);
 }
 
 TEST(WorkFirstOptions, FromEnvReadsTheBound) {

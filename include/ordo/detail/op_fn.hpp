@@ -18,6 +18,16 @@ inline constexpr bool is_sync_fn_v =
 template <class F>
 inline constexpr bool is_async_fn_v = std::is_invocable_v<F&, const RunContext&, OnComplete>;
 
+/// Calls a sync body, `void(RunContext)` or `void()`.
+template <class D>
+inline void call_sync(D& f, const RunContext& rc) {
+  if constexpr (std::is_invocable_v<D&, const RunContext&>) {
+    f(rc);
+  } else {
+    f();
+  }
+}
+
 /// Holds one callable, either a sync body `void(RunContext)` / `void()` or an
 /// async body `void(RunContext, OnComplete)`. Callables up to kInlineSize
 /// bytes live inline (40: a lambda capturing five references or pointers).
@@ -70,15 +80,6 @@ class OpFn {
   static D& get_inline(void* p) noexcept { return *std::launder(static_cast<D*>(p)); }
   template <class D>
   static D& get_heap(void* p) noexcept { return **std::launder(static_cast<D**>(p)); }
-
-  template <class D>
-  static void call_sync(D& f, const RunContext& rc) {
-    if constexpr (std::is_invocable_v<D&, const RunContext&>) {
-      f(rc);
-    } else {
-      f();
-    }
-  }
 
   template <class D, D& (*Get)(void*) noexcept>
   static constexpr VTable make_vt(void (*destroy)(void*) noexcept) {

@@ -47,6 +47,46 @@ struct AccessNode {
 
 inline constexpr int kInlineAccess = 3;
 
+/// A normalised access used to build op access lists: sorted by `var`
+/// address (the global lock order), duplicates merged, read+write = write.
+struct AccessSpec {
+  VarRecord* var;
+  std::uint32_t gen;
+  bool write;
+};
+
+/// The op whose body is on a thread's stack (ThreadState::running): what a
+/// blocking wait called from that body needs to refuse it by name.
+struct RunningOp {
+  const EngineCore* engine = nullptr;
+  const char* name = nullptr;
+};
+
+/// What Engine::begin_direct decided for a push.
+enum class Direct : std::uint8_t {
+  declined,    ///< not eligible: push the usual way
+  normalized,  ///< eligible, but a variable is busy: push the usual way with DirectRun's specs
+  granted,     ///< every access granted: run the body now, then Engine::end_direct
+};
+
+/// Work first's direct path (Engine::push_sync, Engine::push(Operator)): a
+/// short sync CPU op whose variables are all free when it is pushed runs on
+/// the pushing thread with no op record. Its accesses are granted under the
+/// variables' locks as a push would grant them, the body is called in place
+/// (not moved into a type-erased slot), and the accesses are released as a
+/// completion would release them. Lives on the pusher's stack.
+struct DirectRun {
+  static constexpr std::size_t kMaxAccess = 8;
+  const AccessSpec* specs = nullptr;  ///< `local`, or a pre-built operator's list
+  std::uint32_t n = 0;
+  bool timed = false;    ///< the body's duration feeds work first's average
+  std::int64_t t0 = 0;   ///< when timed: the start, in ns
+  Context ctx{};
+  RunningOp self{};
+  const RunningOp* outer = nullptr;  ///< the thread's ThreadState::running before
+  AccessSpec local[kMaxAccess];
+};
+
 /// Ownership: allocated by op_alloc() in push, owned by the engine from the
 /// moment push() succeeds until its completion, then returned by op_free().
 /// Records are recycled, never returned to the OS, so `gen` stays readable by
