@@ -164,8 +164,7 @@ void Engine::push(Operator handle, Context ctx, int priority) {
   if (core_->direct_allowed(ctx, rec->attrs, rec->access.size()) && !rec->fn.is_async()) {
     // Work first's direct path (detail::DirectRun), with the operator's lists.
     detail::DirectRun run;
-    if (core_->begin_direct(run, ctx, rec->access.data(), rec->access.size(), rec->attrs) ==
-        detail::Direct::granted) {
+    if (begin_direct(run, ctx, rec->access.data(), rec->access.size(), rec->attrs) == detail::Direct::granted) {
       detail::ErrorRecord* own = nullptr;
       try {
         rec->fn.invoke_sync(RunContext{ctx, nullptr, -1});

@@ -17,6 +17,9 @@ constexpr int kMaxContinuations = 64;
 // Work first (EngineCore::runs_short): one CPU op in this many is timed.
 constexpr std::uint32_t kSampleEvery = 16;
 constexpr std::uint32_t kFirstSamples = 8;
+// The direct path times one op in this many: its ops are short by definition,
+// so two clock reads (~30 ns each here) per 16 ops would cost it ~10%.
+constexpr std::uint32_t kDirectSampleEvery = 64;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
@@ -224,14 +227,19 @@ void EngineCore::recycle_var(VarRecord* v) noexcept {
 // Pushing
 
 std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
-  std::size_t n = 0;
-  auto add = [&](const Var& var, bool write) {
-    VarRecord* v = owner->checked_record(var);
-    out[n++] = AccessSpec{v, VarRecord::gen_of(var), write};
-  };
-  for (const Var& v : writes) add(v, true);
-  for (const Var& v : reads) add(v, false);
+  const std::size_t n = gather(reads, writes, out, owner);
   if (n <= 1) return n;  // the common single-variable push: nothing to sort or merge
+  return sort_merge(out, n);
+}
+
+std::size_t EngineCore::gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
+  std::size_t n = 0;
+  for (const Var& v : writes) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), true};
+  for (const Var& v : reads) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), false};
+  return n;
+}
+
+std::size_t EngineCore::sort_merge(AccessSpec* out, std::size_t n) {
   auto less = [](const AccessSpec& a, const AccessSpec& b) { return std::less<>{}(a.var, b.var); };
   if (n <= 16) {
     for (std::size_t i = 1; i < n; ++i) {
@@ -415,14 +423,24 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
   return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
 }
 
+template <bool Sorted>
 Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
                                 const OpAttrs& attrs) noexcept {
-  // Grant every access now or none: all variables locked in address order
-  // (the push's atomic step), each one free for this access and carrying no
-  // live error (a skip), and no handle stale (the usual push throws for it).
+  // Grant every access now or none: all variables locked (the push's atomic
+  // step), each one free for this access and carrying no live error (a
+  // skip), and no handle stale (the usual push throws for it). A sorted list
+  // is locked in address order, the global lock order; an unsorted one (as
+  // the caller gave it: sorting costs more than the rest of the push) only
+  // with try_lock, so it never waits while holding a lock. A variable listed
+  // twice fails its second try_lock: the usual push merges the two.
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    v->lock.lock();
+    if constexpr (Sorted) {
+      v->lock.lock();
+    } else if (!v->lock.try_lock()) {
+      for (std::size_t j = 0; j < i; ++j) specs[j].var->lock.unlock();
+      return Direct::normalized;
+    }
     if (v->gen != specs[i].gen || v->head != nullptr || v->write_running ||
         (specs[i].write && v->running_reads != 0) || live(v->error)) {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
@@ -446,7 +464,7 @@ Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* s
   run.outer = ts.running;
   ts.running = &run.self;
   ts.depth = 1;
-  run.timed = inline_below_ns_ != 0 && ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+  run.timed = inline_below_ns_ != 0 && ((++ts.sample_tick & (kDirectSampleEvery - 1)) == 0 ||
                                         samples_.load(std::memory_order_relaxed) < kFirstSamples);
   if (run.timed) run.t0 = now_ns();
   return Direct::granted;
@@ -1081,10 +1099,17 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan
                                     const OpAttrs& attrs) {
   detail::EngineCore* core = core_.get();
   if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
-  const std::size_t n = detail::EngineCore::normalize(reads, writes, run.local, core);
+  std::size_t n = detail::EngineCore::gather(reads, writes, run.local, core);
+  const detail::Direct d = core->begin_direct</*Sorted=*/false>(run, ctx, run.local, n, attrs);
+  if (d == detail::Direct::normalized && n > 1) n = detail::EngineCore::sort_merge(run.local, n);
   run.specs = run.local;
   run.n = static_cast<std::uint32_t>(n);
-  return core->begin_direct(run, ctx, run.local, n, attrs);
+  return d;
+}
+
+detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, const detail::AccessSpec* specs,
+                                    std::size_t n, const OpAttrs& attrs) {
+  return core_->begin_direct</*Sorted=*/true>(run, ctx, specs, n, attrs);
 }
 
 void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }

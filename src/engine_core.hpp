@@ -68,12 +68,21 @@ class EngineCore {
   // Pushing.
   void submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs);
   static std::size_t normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
+  /// normalize() in two steps: the checked accesses in the caller's order
+  /// (writes, then reads), then sorted by address with duplicates merged
+  /// (throws for two handles of one variable of different generations).
+  static std::size_t gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
+  static std::size_t sort_merge(AccessSpec* out, std::size_t n);
 
   // The direct path (detail::DirectRun): whether a push may take it (before
   // normalising: the cheap checks), then the grant of all its accesses
   // (Direct::granted: the caller runs the body, then end_direct with the
   // body's error, if any; an owned reference).
   [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
+  /// `Sorted`: specs in address order, duplicates merged (a pre-built
+  /// operator's); else as gathered (Direct::normalized then tells the caller
+  /// to sort_merge them before the usual push).
+  template <bool Sorted>
   Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
                       const OpAttrs& attrs) noexcept;
   void end_direct(DirectRun& run, ErrorRecord* own) noexcept;

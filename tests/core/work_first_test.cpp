@@ -322,6 +322,29 @@ TEST_P(WorkFirst, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
   EXPECT_EQ(seen, 7);
 }
 
+TEST_P(WorkFirst, AVariableListedTwiceCountsOnceAsWritten) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var v = engine.new_variable();
+  Var w = engine.new_variable();
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> runs{0};
+  std::atomic<bool> here{true};
+  auto body = [&] {
+    runs.fetch_add(1);
+    if (std::this_thread::get_id() != me) here.store(false);
+  };
+  engine.push_sync(body, Context::cpu(), {v}, {v});           // read and write
+  engine.push_sync(body, Context::cpu(), {}, {w, v, w});      // a write twice
+  engine.push_sync(body, Context::cpu(), {w, w, v, w}, {});   // reads only
+  EXPECT_EQ(runs.load(), 3) << "an op with a variable listed twice did not run in its push";
+  EXPECT_TRUE(here.load());
+  EXPECT_EQ(engine.var_version(v), 2U);
+  EXPECT_EQ(engine.var_version(w), 1U);
+  engine.wait_for_all();
+}
+
 TEST(WorkFirstOptions, FromEnvReadsTheBound) {
   ::setenv("ORDO_INLINE_BELOW_NS", "0", 1);
   EXPECT_EQ(Options::from_env().inline_below_ns, 0U);
