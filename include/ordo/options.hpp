@@ -64,7 +64,8 @@ struct Options {
   /// Work first (pooled and per_device): a sync CPU op (FnProperty::normal)
   /// that is ready when pushed runs on the pushing thread, like a call, while
   /// the engine's recent CPU ops took less than this many nanoseconds on
-  /// average (its first 8 CPU ops are timed, then one in 16 per thread):
+  /// average (its first 8 CPU ops are timed, then one in 16 per thread, one
+  /// in 64 of those run on a pusher; see "Work first" in docs/guide.md):
   /// handing an op that short to a worker costs more than running it. Longer
   /// ops, or any op before one was timed, go to the workers. 0: never (push
   /// never runs a sync op). Either way an op must not wait for something its
