@@ -21,6 +21,7 @@ constexpr std::uint32_t kFirstSamples = 8;
 // so two clock reads (~30 ns each here) per 16 ops would cost it ~10%.
 constexpr std::uint32_t kDirectSampleEvery = 64;
 
+
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
 }
@@ -278,7 +279,7 @@ void EngineCore::throttle() {
   const ThreadState& ts = t_state;
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
-  if (held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight)) return;
+  if (held_back_count() < window()) return;
   // Work first: while ops are short, wait until the window has drained, not
   // to half. A pusher that fills the window faster than the workers empty it
   // pushes ops that wait behind the workers' (a chain one op behind them),
@@ -325,8 +326,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var &&
-      held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
+  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var && held_back_count() >= window()) {
     throttle();
   }
   if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
@@ -420,7 +420,7 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
   if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
   if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
   if (opts_.kind != EngineKind::naive && !short_ops()) return false;
-  return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
+  return opts_.max_in_flight == 0 || held_back_count() < window();
 }
 
 template <bool Sorted>

@@ -1,6 +1,7 @@
 // src/engine_core.hpp - the engine behind ordo::Engine. Internal.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -179,8 +180,22 @@ class EngineCore {
   /// Whether submit runs `op` (ready at push) to completion before it returns.
   [[nodiscard]] bool completes_in_push(const OpRecord* op) const noexcept;
   static std::int64_t now_ns() noexcept;
+  /// Backpressure's bound on held_back_count() for a pusher (max_in_flight
+  /// != 0). While ops are short, at most kShortWindow: a pusher whose ops
+  /// queue behind a worker's (the first ops of a chain go to a worker until
+  /// one is timed) pushes them at the offload rate, which a worker running
+  /// them as continuations only just outpaces, so neither gets ahead for
+  /// tens of thousands of ops. Held back at a short window, the pusher waits
+  /// for a full drain (throttle) and its next pushes find their variables
+  /// free: they run on it. Ops that wait for their pusher are excluded by
+  /// the work-first rule (docs/guide.md) already.
+  [[nodiscard]] std::int64_t window() const noexcept {
+    const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+    return short_ops() ? std::min(bound, kShortWindow) : bound;
+  }
   void record_duration(std::int64_t ns) noexcept;
   bool all_idle() const noexcept;
+  static constexpr std::int64_t kShortWindow = 256;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
   bool fence_hold(FenceGate* gate, OpRecord* op);

@@ -2,6 +2,7 @@
 // pusher while the engine's timed CPU ops are short, and goes to a worker
 // otherwise. The engine's first 8 ops are timed, then one in 16 per thread;
 // until one has been timed, ops go to the workers.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -343,6 +344,46 @@ TEST_P(WorkFirst, AVariableListedTwiceCountsOnceAsWritten) {
   EXPECT_EQ(engine.var_version(v), 2U);
   EXPECT_EQ(engine.var_version(w), 1U);
   engine.wait_for_all();
+}
+
+TEST_P(WorkFirst, ShortOpsQueuedBehindALongOneHoldThePusherAtAShortWindow) {
+  // While ops are short a pusher is held back at 256 ops in flight
+  // (EngineCore::window), not max_in_flight, and waits for a full drain: a
+  // chain queued behind a worker's op then comes back to the pusher instead
+  // of following the worker op by op.
+  Engine engine(options(UINT_MAX));  // every timed op counts as short
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var v = engine.new_variable();
+  // A long op (timed busy work, no waiting on this thread) holds v on a
+  // worker; cpu_prioritized, so that it is not timed and ops stay short.
+  std::atomic<bool> started{false};
+  engine.push_sync([&] {
+    started.store(true);
+    busy_for(std::chrono::milliseconds(20));
+  }, Context::cpu(), {}, {v}, {.prop = FnProperty::cpu_prioritized});
+  constexpr int kOps = 1000;
+  const auto me = std::this_thread::get_id();
+  std::vector<char> in_push(kOps, 0);
+  int pushing = -1;  // the op being pushed; written only by this thread
+  std::uint64_t chain = 0;
+  std::size_t most_in_flight = 0;
+  for (int i = 0; i < kOps; ++i) {
+    pushing = i;
+    engine.push_sync([&, i] {
+      chain = chain * 31 + static_cast<std::uint64_t>(i);
+      in_push[i] = std::this_thread::get_id() == me && pushing == i ? 1 : 0;
+    }, Context::cpu(), {}, {v});
+    most_in_flight = std::max(most_in_flight, engine.in_flight());
+  }
+  engine.wait_for_all();
+  EXPECT_LE(most_in_flight, 257U) << "a pusher of short ops ran past the short window";
+  int offloaded = 0;
+  for (int i = kOps / 2; i < kOps; ++i) offloaded += in_push[i] == 0 ? 1 : 0;
+  EXPECT_EQ(offloaded, 0) << "after the drain, ops of the chain still went to the worker";
+  std::uint64_t expect = 0;
+  for (int i = 0; i < kOps; ++i) expect = expect * 31 + static_cast<std::uint64_t>(i);
+  EXPECT_EQ(chain, expect);
 }
 
 TEST(WorkFirstOptions, FromEnvReadsTheBound) {
