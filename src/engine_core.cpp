@@ -478,6 +478,8 @@ void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   // ops they make ready on (none, unless another thread pushed behind this
   // one meanwhile), then run what the body left to run after it (the naive
   // engine's posts and pushes from inside an op).
+  // The loop mirrors release_accesses<false>: a shared helper taking the
+  // access's kind cost the direct path 15 instructions per op (callgrind, W2).
   ReadyList ready;
   for (std::uint32_t i = 0; i < run.n; ++i) {
     VarRecord* v = run.specs[i].var;
