@@ -116,21 +116,23 @@ class Engine {
   void push_sync(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     static_assert(detail::is_sync_fn_v<std::decay_t<F>>,
                   "push_sync needs a body callable as void(RunContext) or void()");
-    {
+    using D = std::decay_t<F>;
+    if constexpr (std::is_lvalue_reference_v<F> || std::is_const_v<std::remove_reference_t<F>>) {
+      if constexpr (std::is_move_constructible_v<D>) {
+        // The body is the caller's: run a copy, as a queued push does. Made
+        // here, before anything is pushed, so that a copy that throws fails
+        // the push, never the op.
+        push_sync(D(fn), ctx, reads, writes, attrs);
+        return;
+      }
+    } else {
       // Work first's direct path (detail::DirectRun): a short op whose
-      // variables are free runs here, with no op record. An rvalue body is
-      // called in place; an lvalue one is copied first, as a queued push
-      // copies it (the caller's object never sees the call).
+      // variables are free runs here, called in place, with no op record.
       detail::DirectRun run;
       const detail::Direct d = begin_direct(run, ctx, reads, writes, attrs);
       if (d == detail::Direct::granted) {
         try {
-          if constexpr (std::is_lvalue_reference_v<F> || std::is_const_v<std::remove_reference_t<F>>) {
-            std::decay_t<F> body(fn);
-            detail::call_sync(body, RunContext{ctx, nullptr, -1});
-          } else {
-            detail::call_sync(fn, RunContext{ctx, nullptr, -1});
-          }
+          detail::call_sync(fn, RunContext{ctx, nullptr, -1});
         } catch (...) {
           fail_direct(run, std::current_exception());
           return;

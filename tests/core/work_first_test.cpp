@@ -386,6 +386,39 @@ TEST_P(WorkFirst, ShortOpsQueuedBehindALongOneHoldThePusherAtAShortWindow) {
   EXPECT_EQ(chain, expect);
 }
 
+/// A body whose copy throws once `armed` is set (a queued push copies an
+/// lvalue body into the op; so does the direct path, before it grants).
+struct ThrowsOnCopy {
+  std::atomic<bool>* armed;
+  std::atomic<int>* calls;
+  ThrowsOnCopy(std::atomic<bool>* a, std::atomic<int>* c) : armed(a), calls(c) {}
+  ThrowsOnCopy(const ThrowsOnCopy& o) : armed(o.armed), calls(o.calls) {
+    if (armed->load()) throw std::runtime_error("copy failed");
+  }
+  ThrowsOnCopy(ThrowsOnCopy&&) noexcept = default;
+  void operator()() const { calls->fetch_add(1); }
+};
+
+TEST_P(WorkFirst, ABodyWhoseCopyThrowsFailsThePushNotTheOp) {
+  Engine engine(options(UINT_MAX));
+  Var warm = engine.new_variable();
+  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  Var v = engine.new_variable();
+  std::atomic<bool> armed{false};
+  std::atomic<int> calls{0};
+  const ThrowsOnCopy body(&armed, &calls);
+  engine.push_sync(body, Context::cpu(), {}, {v});
+  EXPECT_EQ(calls.load(), 1);
+  armed.store(true);
+  EXPECT_THROW(engine.push_sync(body, Context::cpu(), {}, {v}), std::runtime_error);
+  EXPECT_EQ(calls.load(), 1) << "the body of a push that threw ran";
+  EXPECT_EQ(engine.var_version(v), 1U) << "a push that threw counted as a write";
+  EXPECT_EQ(engine.pending_errors(), 0U) << "a push that threw left an op error";
+  engine.push_sync(ThrowsOnCopy(&armed, &calls), Context::cpu(), {}, {v});  // moved, not copied
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_NO_THROW(engine.wait_for_var(v));
+}
+
 TEST(WorkFirstOptions, FromEnvReadsTheBound) {
   ::setenv("ORDO_INLINE_BELOW_NS", "0", 1);
   EXPECT_EQ(Options::from_env().inline_below_ns, 0U);
