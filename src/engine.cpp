@@ -165,13 +165,12 @@ void Engine::push(Operator handle, Context ctx, int priority) {
     // Work first's direct path (detail::DirectRun), with the operator's lists.
     detail::DirectRun run;
     if (begin_direct(run, ctx, rec->access.data(), rec->access.size(), rec->attrs) == detail::Direct::granted) {
-      detail::ErrorRecord* own = nullptr;
       try {
         rec->fn.invoke_sync(RunContext{ctx, nullptr, -1});
+        end_direct(run);
       } catch (...) {
-        own = core_->make_error(std::current_exception(), run.self.name);
+        fail_direct(run, std::current_exception());
       }
-      core_->end_direct(run, own);
       core_->release_operator(rec);
       return;
     }

@@ -21,7 +21,6 @@ constexpr std::uint32_t kFirstSamples = 8;
 // so two clock reads (~30 ns each here) per 16 ops would cost it ~10%.
 constexpr std::uint32_t kDirectSampleEvery = 64;
 
-
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
 }
@@ -285,8 +284,7 @@ void EngineCore::throttle() {
   // pushes ops that wait behind the workers' (a chain one op behind them),
   // so no push finds its variables free and runs it; after a full drain
   // they do, and the window stays empty.
-  const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
-  const std::int64_t resume_at = avg >= 0 && avg < inline_below_ns_ ? 0 : low_water_;
+  const std::int64_t resume_at = short_ops() ? 0 : low_water_;
   std::unique_lock lock(idle_mutex_);
   resume_at_.store(resume_at, std::memory_order_relaxed);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);

@@ -189,13 +189,13 @@ class EngineCore {
   /// for a full drain (throttle) and its next pushes find their variables
   /// free: they run on it. Ops that wait for their pusher are excluded by
   /// the work-first rule (docs/guide.md) already.
+  static constexpr std::int64_t kShortWindow = 256;
   [[nodiscard]] std::int64_t window() const noexcept {
     const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
     return short_ops() ? std::min(bound, kShortWindow) : bound;
   }
   void record_duration(std::int64_t ns) noexcept;
   bool all_idle() const noexcept;
-  static constexpr std::int64_t kShortWindow = 256;
   void throttle();
   void recycle_var(VarRecord* v) noexcept;
   bool fence_hold(FenceGate* gate, OpRecord* op);

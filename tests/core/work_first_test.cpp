@@ -72,6 +72,9 @@ bool runs_inline_after_warm_up(Engine& engine, Var v) {
   return ran_inline(engine, v);
 }
 
+/// The same on a variable of its own: the engine's ops are timed as short.
+bool warmed_up(Engine& engine) { return runs_inline_after_warm_up(engine, engine.new_variable()); }
+
 TEST_P(WorkFirst, ShortReadyOpRunsOnThePusherOnceTimed) {
   Engine engine(options(UINT_MAX));  // every timed op counts as short
   Var v = engine.new_variable();
@@ -189,8 +192,7 @@ TEST_P(WorkFirst, WaitInsideAnInlineOpIsTheUsualError) {
 
 TEST_P(WorkFirst, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var in = engine.new_variable();
   Var out = engine.new_variable();
   Var next = engine.new_variable();
@@ -214,8 +216,7 @@ TEST_P(WorkFirst, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
 
 TEST_P(WorkFirst, DirectErrorReachesWaitForVarThroughASkippedOp) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var a = engine.new_variable();
   Var b = engine.new_variable();
   engine.push_sync([] { throw std::runtime_error("first"); }, Context::cpu(), {}, {a});
@@ -230,8 +231,7 @@ TEST_P(WorkFirst, DirectErrorReachesWaitForVarThroughASkippedOp) {
 
 TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var r = engine.new_variable();
   // An async op reads r and holds its read until we complete it.
   std::promise<OnComplete> held;
@@ -254,8 +254,7 @@ TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
 
 TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var v = engine.new_variable();
   const auto me = std::this_thread::get_id();
   std::atomic<int> runs{0};
@@ -292,8 +291,7 @@ TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
 
 TEST_P(WorkFirst, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   // More variables than the direct path takes (detail::DirectRun::kMaxAccess):
   // the usual push, which still runs it here.
   std::vector<Var> many;
@@ -325,8 +323,7 @@ TEST_P(WorkFirst, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
 
 TEST_P(WorkFirst, AVariableListedTwiceCountsOnceAsWritten) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var v = engine.new_variable();
   Var w = engine.new_variable();
   const auto me = std::this_thread::get_id();
@@ -352,8 +349,7 @@ TEST_P(WorkFirst, ShortOpsQueuedBehindALongOneHoldThePusherAtAShortWindow) {
   // chain queued behind a worker's op then comes back to the pusher instead
   // of following the worker op by op.
   Engine engine(options(UINT_MAX));  // every timed op counts as short
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var v = engine.new_variable();
   // A long op (timed busy work, no waiting on this thread) holds v on a
   // worker; cpu_prioritized, so that it is not timed and ops stay short.
@@ -401,8 +397,7 @@ struct ThrowsOnCopy {
 
 TEST_P(WorkFirst, ABodyWhoseCopyThrowsFailsThePushNotTheOp) {
   Engine engine(options(UINT_MAX));
-  Var warm = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, warm));
+  ASSERT_TRUE(warmed_up(engine));
   Var v = engine.new_variable();
   std::atomic<bool> armed{false};
   std::atomic<int> calls{0};
