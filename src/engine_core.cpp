@@ -226,17 +226,17 @@ void EngineCore::recycle_var(VarRecord* v) noexcept {
 // ---------------------------------------------------------------------------
 // Pushing
 
-std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
-  const std::size_t n = gather(reads, writes, out, owner);
-  if (n <= 1) return n;  // the common single-variable push: nothing to sort or merge
-  return sort_merge(out, n);
-}
-
-std::size_t EngineCore::gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
+inline std::size_t EngineCore::gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
   std::size_t n = 0;
   for (const Var& v : writes) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), true};
   for (const Var& v : reads) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), false};
   return n;
+}
+
+std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
+  const std::size_t n = gather(reads, writes, out, owner);
+  if (n <= 1) return n;  // the common single-variable push: nothing to sort or merge
+  return sort_merge(out, n);
 }
 
 std::size_t EngineCore::sort_merge(AccessSpec* out, std::size_t n) {
@@ -417,12 +417,15 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
   const ThreadState& ts = t_state;
   if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
   if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
-  if (opts_.kind != EngineKind::naive && !short_ops()) return false;
-  return opts_.max_in_flight == 0 || held_back_count() < window();
+  const bool is_short = short_ops();  // read once: window() would read it again
+  if (opts_.kind != EngineKind::naive && !is_short) return false;
+  if (opts_.max_in_flight == 0) return true;
+  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+  return held_back_count() < (is_short ? std::min(bound, kShortWindow) : bound);
 }
 
 template <bool Sorted>
-Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
+inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
                                 const OpAttrs& attrs) noexcept {
   // Grant every access now or none: all variables locked (the push's atomic
   // step), each one free for this access and carrying no live error (a
@@ -468,7 +471,7 @@ Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* s
   return Direct::granted;
 }
 
-void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
+inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   if (run.timed) [[unlikely]] record_duration(now_ns() - run.t0);
   ThreadState& ts = t_state;
   ts.running = run.outer;

@@ -72,7 +72,10 @@ class EngineCore {
   /// normalize() in two steps: the checked accesses in the caller's order
   /// (writes, then reads), then sorted by address with duplicates merged
   /// (throws for two handles of one variable of different generations).
-  static std::size_t gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
+  /// Inlined into its callers (all in engine_core.cpp): the direct path
+  /// paid a call and its register spills for it (callgrind, W2).
+  [[gnu::always_inline]] static inline std::size_t gather(VarSpan reads, VarSpan writes, AccessSpec* out,
+                                                          const EngineCore* owner);
   static std::size_t sort_merge(AccessSpec* out, std::size_t n);
 
   // The direct path (detail::DirectRun): whether a push may take it (before
@@ -83,10 +86,11 @@ class EngineCore {
   /// `Sorted`: specs in address order, duplicates merged (a pre-built
   /// operator's); else as gathered (Direct::normalized then tells the caller
   /// to sort_merge them before the usual push).
+  /// Both inlined into Engine's side of the direct path (engine_core.cpp).
   template <bool Sorted>
-  Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
-                      const OpAttrs& attrs) noexcept;
-  void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
+  [[gnu::always_inline]] inline Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs,
+                                                    std::size_t n, const OpAttrs& attrs) noexcept;
+  [[gnu::always_inline]] inline void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
 
   // Operators.
   OperatorRecord* alloc_operator();

@@ -8,7 +8,7 @@
 
 namespace ordo::detail {
 
-thread_local ThreadState t_state;
+constinit thread_local ThreadState t_state;
 
 namespace {
 // Spin briefly before sleeping: long enough to catch the next op of a busy

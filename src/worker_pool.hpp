@@ -48,7 +48,9 @@ struct ThreadState {
   /// that must never run user code (work it makes ready always goes to a pool).
   bool completion_thread = false;
 };
-extern thread_local ThreadState t_state;
+// constinit: no dynamic initialisation, so other translation units reach it
+// without a call to its TLS init function (the direct path reads it 3 times a push).
+extern constinit thread_local ThreadState t_state;
 
 /// Worker threads with one shared ready queue, FIFO or by priority.
 ///
