@@ -252,6 +252,7 @@ void merge_run(ob::Figure& into, ob::Figure&& run, std::vector<double>& loads, s
     into = std::move(run);
   } else {
     into.m.seconds.insert(into.m.seconds.end(), run.m.seconds.begin(), run.m.seconds.end());
+    into.m.split_seconds.insert(into.m.split_seconds.end(), run.m.split_seconds.begin(), run.m.split_seconds.end());
     if (into.m.ops == 0) into.m.ops = run.m.ops;
     if (into.m.workers == 0) into.m.workers = run.m.workers;
     if (!run.m.ok) {

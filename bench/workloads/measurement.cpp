@@ -34,7 +34,10 @@ std::string serialize(const Measurement& m) {
   out.precision(17);
   out << "ops=" << m.ops << " digest=" << m.digest << " ok=" << m.ok << " workers=" << m.workers
       << " newvar=" << m.new_variable_ns << " untimed=" << m.untimed_seconds << " error=" << no_spaces(m.error)
-      << " secs=";
+      << " split=";
+  for (std::size_t i = 0; i < m.split_seconds.size(); ++i) out << (i ? "," : "") << m.split_seconds[i];
+  if (m.split_seconds.empty()) out << "-";
+  out << " secs=";
   for (std::size_t i = 0; i < m.seconds.size(); ++i) out << (i ? "," : "") << m.seconds[i];
   out << "\n";
   return out.str();
@@ -55,6 +58,9 @@ bool deserialize(const std::string& line, Measurement& m) try {
     if (key == "newvar") m.new_variable_ns = std::stod(value);
     if (key == "untimed") m.untimed_seconds = std::stod(value);
     if (key == "error") m.error = value == "-" ? "" : value;
+    if (key == "split" && value != "-") {
+      for (const auto& s : split_commas(value)) m.split_seconds.push_back(std::stod(s));
+    }
     if (key == "secs") {
       for (const auto& s : split_commas(value)) m.seconds.push_back(std::stod(s));
       complete = true;

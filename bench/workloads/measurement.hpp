@@ -24,6 +24,11 @@ struct Measurement {
   /// Peers whose figure is only part of the work (tbb-flow: graph execution):
   /// median seconds of the part not timed (graph construction), 0 otherwise.
   double untimed_seconds = 0;
+  /// The serial loop on a workload with busy work (W6) only: one per run, the
+  /// seconds of the same busy work split evenly over one plain thread per
+  /// core, with no dependencies and no engine. serial / split is the speedup
+  /// this machine gives the work at that moment: no engine can beat it.
+  std::vector<double> split_seconds;
 };
 
 /// One line of key=value fields, ending in '\n'.

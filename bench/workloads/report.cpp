@@ -61,6 +61,25 @@ std::optional<double> ratio_to_serial(const Figure& f, const Figure* serial) {
   return ops_per_second(f.m).median / base;
 }
 
+/// The serial figure of a workload with busy work (W6): the speedup the
+/// machine gave that work split over one plain thread per core with no
+/// dependencies (Measurement::split_seconds), as median, min and max of the
+/// runs (each run's serial loop and split are timed back to back).
+struct Ceiling {
+  double median, min, max;
+};
+std::optional<Ceiling> split_ceiling(const Figure* serial) {
+  if (serial == nullptr) return std::nullopt;
+  const auto& sec = serial->m.seconds;
+  const auto& split = serial->m.split_seconds;
+  std::vector<double> r;
+  for (std::size_t i = 0; i < std::min(sec.size(), split.size()); ++i) {
+    if (split[i] > 0) r.push_back(sec[i] / split[i]);
+  }
+  if (r.empty()) return std::nullopt;
+  return Ceiling{median(r), *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end())};
+}
+
 std::string first_line_of(const char* path) {
   std::ifstream in(path);
   std::string line;
@@ -207,6 +226,17 @@ void write_targets(std::ostream& out, const std::vector<Figure>& figures, std::v
     if (!met) misses.push_back("W4 peak RSS: " + fmt("%.1f MiB", *w4->peak_rss_mib) + " vs <= 64 MiB");
   }
   out << "\n";
+  const Figure* w6_serial = find_figure(figures, "serial", "W6");
+  const Figure* w6_ordo = find_figure(figures, "ordo", "W6");
+  if (const auto c = split_ceiling(w6_serial); c && w6_ordo != nullptr) {
+    const auto mine = ratio_to_serial(*w6_ordo, w6_serial);
+    out << "W6's ceiling on this machine in this run: the same busy work split evenly over "
+        << w6_ordo->m.workers << " plain threads, with no dependencies and no engine, ran "
+        << fmt("%.2fx", c->median) << " the serial loop (median of the runs; " << fmt("%.2f", c->min) << " - "
+        << fmt("%.2f", c->max) << ")";
+    if (mine) out << "; `ordo` reached " << fmt("%.0f%%", 100 * *mine / c->median) << " of it";
+    out << ".\n\n";
+  }
 }
 
 /// ordo against every peer, per workload, measured in this run; and where
@@ -389,6 +419,9 @@ std::string result_line(const Figure& f, const Figure* serial, const RunInfo& in
   if (f.engine != "serial") out << " workers=" << f.m.workers;  // 0: naive, ops run inline
   if (f.workload == "W1" && f.m.new_variable_ns > 0) out << " new_variable_ns=" << fmt("%.1f", f.m.new_variable_ns);
   if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
+  if (f.engine == "serial") {
+    if (const auto c = split_ceiling(&f)) out << " split_speedup=" << fmt("%.3f", c->median);
+  }
   if (f.engine.rfind("ordo", 0) == 0 && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
   if (const auto it = info.instr_per_op.find({f.workload, f.engine}); it != info.instr_per_op.end()) {
     out << " instr_per_op=" << fmt("%.0f", it->second);

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <span>
+#include <cstdio>
+#include <latch>
 #include <stdexcept>
+#include <thread>
 
 #include <unistd.h>
 
@@ -28,6 +31,35 @@ struct RunResult {
   double new_variable_ns = 0;
   unsigned workers = 0;
 };
+
+/// The busy work of every op of `t` (W6), split evenly over one plain thread
+/// per core with no dependencies and no engine; returns its seconds. Threads
+/// start before timing and are released together.
+double run_split(const Trace& t) {
+  const unsigned threads = std::max(1U, std::thread::hardware_concurrency());
+  const auto n = static_cast<std::uint32_t>(t.ops());
+  std::vector<std::uint64_t> sinks(std::size_t{threads} * 8);  // a cache line each
+  std::latch start(1);
+  auto share = [&](unsigned k) {
+    std::uint64_t h = 0;
+    for (std::uint32_t i = k; i < n; i += threads) h ^= busy_work(mix(kOpSeed, i), t.spin_iters);
+    sinks[std::size_t{k} * 8] = h;
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < threads; ++k) {
+    pool.emplace_back([&, k] {
+      start.wait();
+      share(k);
+    });
+  }
+  const auto t0 = Clock::now();
+  start.count_down();
+  share(0);
+  for (auto& th : pool) th.join();
+  const auto t1 = Clock::now();
+  if (std::find(sinks.begin(), sinks.end(), 1) != sinks.end()) std::puts("");  // keeps the work observable
+  return seconds_between(t0, t1);
+}
 
 RunResult run_serial(const Trace& t) {
   std::vector<std::uint64_t> slots = initial_slots(t.num_vars);
@@ -201,6 +233,7 @@ Measurement measure(const EngineSpec& engine, const Trace& trace, int runs, std:
     if (before_run) before_run(r, runs);
     if (engine.peer) throw std::logic_error("a peer runs in its own process (figure.cpp)");
     const RunResult res = engine.ordo ? run_ordo(trace, *engine.ordo) : run_serial(trace);
+    if (!engine.ordo && trace.spin_iters != 0) m.split_seconds.push_back(run_split(trace));
     if (r == 1) m.digest = res.digest;
     consistent = consistent && res.digest == m.digest && (!reference || res.digest == *reference);
     m.seconds.push_back(res.seconds);
