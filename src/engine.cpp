@@ -102,6 +102,26 @@ void Engine::submit_launcher(detail::OpGuard& guard, Context ctx, VarSpan reads,
   guard.release();
 }
 
+// A coroutine's lease (OpKind::fn_lease); see detail::LeasePush.
+void Engine::submit_lease(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  if (attrs.prop == FnProperty::delete_var) {
+    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+  }
+  constexpr std::size_t kLocal = 16;
+  detail::AccessSpec local[kLocal];
+  std::vector<detail::AccessSpec> heap;
+  detail::AccessSpec* specs = local;
+  if (reads.size() + writes.size() > kLocal) {
+    heap.resize(reads.size() + writes.size());
+    specs = heap.data();
+  }
+  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
+  detail::OpRecord* op = guard.get();
+  op->kind = detail::OpKind::fn_lease;
+  core_->submit(op, ctx, specs, n, attrs);
+  guard.release();
+}
+
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
   detail::AccessSpec spec{core_->checked_record(var), detail::VarRecord::gen_of(var), true};
   detail::OpRecord* op = guard.get();

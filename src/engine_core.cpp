@@ -284,7 +284,7 @@ void EngineCore::throttle() {
   // pushes ops that wait behind the workers' (a chain one op behind them),
   // so no push finds its variables free and runs it; after a full drain
   // they do, and the window stays empty.
-  const std::int64_t resume_at = short_ops() ? 0 : low_water_;
+  const std::int64_t resume_at = short_ops() || short_leases() ? 0 : low_water_;
   std::unique_lock lock(idle_mutex_);
   resume_at_.store(resume_at, std::memory_order_relaxed);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -709,6 +709,14 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     run_inline(op);
     return;
   }
+  if (op->kind == OpKind::fn_lease && from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread &&
+      lease_sampled(op) && short_leases()) {
+    // Work first for coroutines: a lease ready at push, while leases are
+    // short, is granted here; the coroutine goes on on this thread without
+    // suspending (docs/coroutines.md), instead of waiting for a worker.
+    run_now(op);
+    return;
+  }
   if (from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread && runs_short(op)) {
     // Work first: the op is ready, and this engine's CPU ops have lately
     // taken less time than handing one to a worker costs (sampled below):
@@ -781,6 +789,10 @@ void EngineCore::execute(OpRecord* op) {
   [[maybe_unused]] const std::uint32_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
+  if (lease_sampled(op) && inline_below_ns_ != 0 &&
+      ((++ts.sample_tick & (kSampleEvery - 1)) == 0 || lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)) {
+    op->lease_t0 = now_ns();  // before the body: publishing the grant may resume the coroutine inside it
+  }
   async_started_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr thrown;
   try {
@@ -807,24 +819,25 @@ std::int64_t EngineCore::now_ns() noexcept {
       .count();
 }
 
-void EngineCore::record_duration(std::int64_t ns) noexcept {
+void EngineCore::average_in(std::atomic<std::int64_t>& avg_ns, std::atomic<std::uint32_t>& samples, std::int64_t ns,
+                            std::int64_t bound) noexcept {
   // A moving average over the last ~8 samples. Racy updates may lose a
   // sample; that only makes the average a little older. One long outlier
   // (the thread was preempted) is clamped to 16x the bound: it moves the
   // average by 2x the bound at most, which a few short samples undo.
-  ns = std::min(ns, 16 * inline_below_ns_);
-  const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
-  // The first kFirstSamples ops of the engine are all timed and averaged
+  ns = std::min(ns, 16 * bound);
+  const std::int64_t avg = avg_ns.load(std::memory_order_relaxed);
+  // The first kFirstSamples of the engine are all timed and averaged
   // plainly (one cold first op must not decide alone), then one in 16.
-  const std::uint32_t n = samples_.load(std::memory_order_relaxed);
+  const std::uint32_t n = samples.load(std::memory_order_relaxed);
   std::int64_t next = 0;
   if (n < kFirstSamples) {
-    samples_.store(n + 1, std::memory_order_relaxed);
+    samples.store(n + 1, std::memory_order_relaxed);
     next = avg < 0 ? ns : avg + (ns - avg) / static_cast<std::int64_t>(n + 1);
   } else {
     next = avg + (ns - avg) / 8;
   }
-  avg_op_ns_.store(next, std::memory_order_relaxed);
+  avg_ns.store(next, std::memory_order_relaxed);
 }
 
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {
@@ -913,6 +926,10 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   if (op->async_started) {
     op->async_started = false;
     async_started_.fetch_sub(1, std::memory_order_relaxed);
+    if (op->lease_t0 != 0) [[unlikely]] {
+      record_lease(now_ns() - op->lease_t0);
+      op->lease_t0 = 0;
+    }
   }
   ReadyList ready;
   VarRecord* deleted = nullptr;

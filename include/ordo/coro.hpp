@@ -85,6 +85,7 @@
 #include "ordo/detail/coro_ops.hpp"
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/detail/coro_varlist.hpp"
+#include "ordo/detail/launcher.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/task.hpp"
 
@@ -356,7 +357,7 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
   mine.get()->cancellable = stop.stop_possible();
-  engine.push_async(detail::LeaseBody(mine.get()), ctx, r, w, attrs);
+  detail::LeasePush::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs);
   mine.get()->arm(stop);
   return LeaseAwaitable(mine.release());
 }

@@ -32,6 +32,7 @@ namespace ordo {
 namespace detail {
 class EngineCore;
 struct LauncherPush;
+struct LeasePush;
 struct OperatorRecord;
 struct ReadsTag;
 struct WritesTag;
@@ -285,6 +286,7 @@ class Engine {
 
  private:
   friend struct detail::LauncherPush;  // internal launchers (OpKind::fn_launcher): ordo::io
+  friend struct detail::LeasePush;     // coroutine leases (OpKind::fn_lease): ordo::push
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_normalized(detail::OpGuard& op, Context ctx, const detail::DirectRun& run, const OpAttrs& attrs);
   /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).
@@ -295,6 +297,7 @@ class Engine {
   void end_direct(detail::DirectRun& run) noexcept;
   void fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept;
   void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  void submit_lease(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);

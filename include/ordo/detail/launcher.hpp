@@ -28,4 +28,19 @@ struct LauncherPush {
   }
 };
 
+/// Pushes the op behind a coroutine's lease (OpKind::fn_lease): ordo::push's
+/// access form. `fn` is detail::LeaseBody, which only publishes the grant;
+/// the op lasts until the Lease is released. The engine times that span and,
+/// while leases are short, grants one that is ready at push on the pushing
+/// thread (work first for coroutines; docs/coroutines.md).
+struct LeasePush {
+  template <class F>
+  static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+    OpRecord* op = op_alloc();
+    OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    engine.submit_lease(guard, ctx, reads, writes, attrs);
+  }
+};
+
 }  // namespace ordo::detail

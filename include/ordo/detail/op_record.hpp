@@ -26,6 +26,9 @@ enum class OpKind : std::uint8_t {
   fn_launcher,  ///< internal: an async body in OpRecord::fn that only starts asynchronous work and
                 ///< runs no user code (ordo::io's push_read/push_write, via detail::LauncherPush):
                 ///< runs inline where it becomes ready, a CompletionThread included
+  fn_lease,  ///< internal: the op behind a coroutine's Lease (ordo::push, access form, via
+             ///< detail::LeasePush): an async body that only publishes the grant; the op lasts
+             ///< until the lease is released (timed for work first's coroutine rule)
   // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
   posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the
@@ -134,6 +137,9 @@ struct OpRecord {
   OperatorRecord* oper = nullptr;
   void* aux = nullptr;  ///< wait_var: the waiting thread's state
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
+  /// OpKind::fn_lease, timed: when the grant was published (ns); 0 otherwise.
+  /// Reset by complete().
+  std::int64_t lease_t0 = 0;
   AccessNode* access = inline_access;
   AccessNode inline_access[kInlineAccess];
   OpFn fn;

@@ -1,0 +1,180 @@
+// Work first for coroutines: a lease (co_await ordo::push, access form) that
+// is ready at push, pushed from a thread outside the engine, is granted on
+// that thread while the engine's timed leases (grant to release) are short;
+// the coroutine then goes on there without suspending. Otherwise, and always
+// with Options::inline_below_ns = 0, it is granted on a worker. The first 8
+// leases of an engine are timed, then one in 16 per thread.
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coro_test_util.hpp"
+
+namespace ordo::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Kind {
+  std::string label;
+  EngineKind kind;
+};
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.label; }
+
+class CoroWorkFirst : public ::testing::TestWithParam<Kind> {
+ protected:
+  Options options(unsigned inline_below_ns) const {
+    Options o;
+    o.kind = GetParam().kind;
+    o.cpu_workers = 2;
+    o.inline_below_ns = inline_below_ns;
+    return o;
+  }
+};
+
+void busy_for(std::chrono::microseconds d) {
+  const auto end = Clock::now() + d;
+  while (Clock::now() < end) {
+  }
+}
+
+/// Where one lease's coroutine went on after its co_await.
+struct Where {
+  std::thread::id thread;
+  int worker = -2;
+};
+
+/// Takes a write lease on `v`, holds it for `hold`, records where it ran.
+Task<void> step(Engine& engine, Var v, Where& out, std::chrono::microseconds hold) {
+  Lease lease = co_await push(engine, reads(), writes(v));
+  out.thread = std::this_thread::get_id();
+  out.worker = lease.run_context().worker;
+  busy_for(hold);
+}
+
+/// Spawns `n` steps on `v` from this thread, one after the other, each after
+/// the previous one has finished (so each finds `v` free at its push).
+std::vector<Where> run_steps(Engine& engine, Var v, int n, std::chrono::microseconds hold = {}) {
+  std::vector<Where> where(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    AsyncScope scope;
+    scope.spawn(step(engine, v, where[static_cast<std::size_t>(i)], hold));
+    scope.sync_join();
+    bounded_wait(engine, v);
+  }
+  return where;
+}
+
+TEST_P(CoroWorkFirst, ShortLeasesReadyAtPushAreGrantedOnThePusher) {
+  // A generous bound, so that sanitizer builds count as short too.
+  Engine engine(options(10'000'000));
+  Var v = engine.new_variable();
+  (void)run_steps(engine, v, 16);  // the first leases (untimed: on workers) set the average
+  const auto me = std::this_thread::get_id();
+  const std::vector<Where> after = run_steps(engine, v, 32);
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].thread, me) << "lease " << i << " should have been granted on its pusher";
+    EXPECT_EQ(after[i].worker, -1) << "lease " << i << ": a pusher is not a worker";
+  }
+}
+
+TEST_P(CoroWorkFirst, LongLeasesSendLaterOnesToWorkers) {
+  Engine engine(options(1'000));  // leases count as short under 4 us
+  Var v = engine.new_variable();
+  (void)run_steps(engine, v, 16, std::chrono::microseconds(300));
+  // Short, but the average is long: granted on a worker. (The coroutine may
+  // still go on on this thread: a grant that lands before the co_await
+  // does not suspend it. run_context().worker says who granted.)
+  const std::vector<Where> after = run_steps(engine, v, 4);
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    EXPECT_GE(after[i].worker, 0) << "lease " << i << " should have been granted on a worker";
+  }
+}
+
+TEST_P(CoroWorkFirst, WorkFirstOffKeepsEveryLeaseOnTheWorkers) {
+  Engine engine(options(0));
+  Var v = engine.new_variable();
+  const std::vector<Where> all = run_steps(engine, v, 48);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_GE(all[i].worker, 0) << "lease " << i << " should have been granted on a worker";
+  }
+}
+
+TEST_P(CoroWorkFirst, ALeaseGrantedOnThePusherStillOrdersLaterOps) {
+  // Granted at push, then held across a suspension on another op: a sync op
+  // pushed meanwhile on the same variable waits for the lease's release, and
+  // the coroutine resumes on the worker that granted the awaited op.
+  Engine engine(options(10'000'000));
+  Var v = engine.new_variable();
+  Var w = engine.new_variable();
+  (void)run_steps(engine, v, 16);
+  // w is held by a coroutine (granted here too) that waits for an event.
+  Event release_w;
+  auto holder = [&]() -> Task<void> {
+    Lease held = co_await push(engine, reads(), writes(w));
+    co_await release_w;
+  };
+  AsyncScope scope;
+  scope.spawn(holder());
+  std::vector<int> log;  // ordered by v
+  Where first;
+  Where second;
+  auto body = [&]() -> Task<void> {
+    Lease lease = co_await push(engine, reads(), writes(v));
+    first = Where{std::this_thread::get_id(), lease.run_context().worker};
+    log.push_back(1);
+    Lease other = co_await push(engine, reads(w), writes());  // waits for the holder
+    second = Where{std::this_thread::get_id(), other.run_context().worker};
+    log.push_back(2);
+  };
+  scope.spawn(body());
+  EXPECT_EQ(first.thread, std::this_thread::get_id()) << "granted at push, on this thread";
+  EXPECT_EQ(log, (std::vector<int>{1})) << "suspended on w, still holding v";
+  engine.push_sync([&] { log.push_back(3); }, Context::cpu(), {}, {v});  // waits for the lease on v
+  release_w.set();
+  scope.sync_join();
+  bounded_wait(engine, v);
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3}));
+  EXPECT_GE(second.worker, 0) << "resumed by the worker that granted the read of w";
+}
+
+TEST_P(CoroWorkFirst, ChainsOfShortLeasesMatchASerialRun) {
+  // Many coroutines over a few variables, spawned from this thread: granted
+  // here or on workers, the result must be the serial one.
+  Engine engine(options(10'000'000));
+  constexpr int kVars = 4;
+  constexpr int kSteps = 4000;
+  std::vector<Var> vars;
+  for (int i = 0; i < kVars; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slot(kVars, 1), serial(kVars, 1);
+  auto op = [&](int i) -> Task<void> {
+    const int a = i % kVars;
+    const int b = (i * 7 + 3) % kVars;
+    Lease lease = co_await push(engine, reads(vars[static_cast<std::size_t>(b)]),
+                                writes(vars[static_cast<std::size_t>(a)]));
+    slot[static_cast<std::size_t>(a)] = mix(slot[static_cast<std::size_t>(a)],
+                                            slot[static_cast<std::size_t>(b)] + static_cast<std::uint64_t>(i));
+  };
+  AsyncScope scope;
+  for (int i = 0; i < kSteps; ++i) scope.spawn(op(i));
+  scope.sync_join();
+  engine.wait_for_all();
+  for (int i = 0; i < kSteps; ++i) {
+    const int a = i % kVars;
+    const int b = (i * 7 + 3) % kVars;
+    serial[static_cast<std::size_t>(a)] = mix(serial[static_cast<std::size_t>(a)],
+                                              serial[static_cast<std::size_t>(b)] + static_cast<std::uint64_t>(i));
+  }
+  EXPECT_EQ(slot, serial);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CoroWorkFirst,
+                         ::testing::Values(Kind{"pooled", EngineKind::pooled},
+                                           Kind{"per_device", EngineKind::per_device}),
+                         [](const ::testing::TestParamInfo<Kind>& p) { return p.param.label; });
+
+}  // namespace
+}  // namespace ordo::test
