@@ -789,9 +789,13 @@ void EngineCore::execute(OpRecord* op) {
   [[maybe_unused]] const std::uint32_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
-  if (lease_sampled(op) && inline_below_ns_ != 0 &&
-      ((++ts.sample_tick & (kSampleEvery - 1)) == 0 || lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)) {
-    op->lease_t0 = now_ns();  // before the body: publishing the grant may resume the coroutine inside it
+  if (op->kind == OpKind::fn_lease) {
+    // Timed from before the body: publishing the grant may resume the coroutine inside it.
+    op->lease_t0 = lease_sampled(op) && inline_below_ns_ != 0 &&
+                           ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                            lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)
+                       ? now_ns()
+                       : 0;
   }
   async_started_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr thrown;
@@ -926,7 +930,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   if (op->async_started) {
     op->async_started = false;
     async_started_.fetch_sub(1, std::memory_order_relaxed);
-    if (op->lease_t0 != 0) [[unlikely]] {
+    if (op->kind == OpKind::fn_lease && op->lease_t0 != 0) [[unlikely]] {
       record_lease(now_ns() - op->lease_t0);
       op->lease_t0 = 0;
     }

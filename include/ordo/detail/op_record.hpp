@@ -135,11 +135,13 @@ struct OpRecord {
   Context ctx{};
   const char* name = nullptr;
   OperatorRecord* oper = nullptr;
-  void* aux = nullptr;  ///< wait_var: the waiting thread's state
+  /// One word per kind (the record stays at 224 bytes): set by whoever
+  /// pushes or runs the op before it is read.
+  union {
+    void* aux = nullptr;    ///< wait_var: the waiting thread's state
+    std::int64_t lease_t0;  ///< fn_lease: when a timed grant was published (ns), else 0 (set by execute)
+  };
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
-  /// OpKind::fn_lease, timed: when the grant was published (ns); 0 otherwise.
-  /// Reset by complete().
-  std::int64_t lease_t0 = 0;
   AccessNode* access = inline_access;
   AccessNode inline_access[kInlineAccess];
   OpFn fn;
