@@ -110,6 +110,28 @@ inline std::vector<EngineConfig> all_engine_configs() {
   return out;
 }
 
+/// The threaded engine kinds, for tests of behaviour the naive engine does
+/// not have (work first: tests/core and tests/coro work_first_test.cpp).
+struct ThreadedKind {
+  std::string label;
+  EngineKind kind;
+};
+inline void PrintTo(const ThreadedKind& k, std::ostream* os) { *os << k.label; }
+inline auto threaded_kinds() {
+  return ::testing::Values(ThreadedKind{"pooled", EngineKind::pooled},
+                           ThreadedKind{"per_device", EngineKind::per_device});
+}
+inline std::string threaded_kind_name(const ::testing::TestParamInfo<ThreadedKind>& info) {
+  return info.param.label;
+}
+
+/// Keeps this thread busy (not asleep) for `d`: an op body that takes time.
+inline void busy_for(std::chrono::microseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
 /// gtest parameter name of an EngineConfig ("per_device/2" -> "per_device_2").
 inline std::string config_name(const ::testing::TestParamInfo<EngineConfig>& info) {
   std::string s = info.param.label;

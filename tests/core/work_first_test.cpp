@@ -19,14 +19,7 @@
 namespace ordo::test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Kind {
-  std::string label;
-  EngineKind kind;
-};
-
-class WorkFirst : public ::testing::TestWithParam<Kind> {
+class WorkFirst : public ::testing::TestWithParam<ThreadedKind> {
  protected:
   /// One CPU worker: the first op runs there and is timed.
   Options options(unsigned inline_below_ns) const {
@@ -37,12 +30,6 @@ class WorkFirst : public ::testing::TestWithParam<Kind> {
     return o;
   }
 };
-
-void busy_for(std::chrono::microseconds d) {
-  const auto end = Clock::now() + d;
-  while (Clock::now() < end) {
-  }
-}
 
 /// Pushes one op on `v` that records where it ran; returns whether it had
 /// already run on this thread when push returned.
@@ -431,10 +418,7 @@ TEST(WorkFirstOptions, FromEnvReadsTheBound) {
   EXPECT_EQ(Options::from_env().inline_below_ns, Options{}.inline_below_ns);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, WorkFirst,
-                         ::testing::Values(Kind{"pooled", EngineKind::pooled},
-                                           Kind{"per_device", EngineKind::per_device}),
-                         [](const ::testing::TestParamInfo<Kind>& p) { return p.param.label; });
+INSTANTIATE_TEST_SUITE_P(Engines, WorkFirst, threaded_kinds(), threaded_kind_name);
 
 }  // namespace
 }  // namespace ordo::test

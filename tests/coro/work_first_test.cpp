@@ -6,7 +6,6 @@
 // leases of an engine are timed, then one in 16 per thread.
 #include <chrono>
 #include <cstdint>
-#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,15 +15,7 @@
 namespace ordo::test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Kind {
-  std::string label;
-  EngineKind kind;
-};
-void PrintTo(const Kind& k, std::ostream* os) { *os << k.label; }
-
-class CoroWorkFirst : public ::testing::TestWithParam<Kind> {
+class CoroWorkFirst : public ::testing::TestWithParam<ThreadedKind> {
  protected:
   Options options(unsigned inline_below_ns) const {
     Options o;
@@ -34,12 +25,6 @@ class CoroWorkFirst : public ::testing::TestWithParam<Kind> {
     return o;
   }
 };
-
-void busy_for(std::chrono::microseconds d) {
-  const auto end = Clock::now() + d;
-  while (Clock::now() < end) {
-  }
-}
 
 /// Where one lease's coroutine went on after its co_await.
 struct Where {
@@ -171,10 +156,7 @@ TEST_P(CoroWorkFirst, ChainsOfShortLeasesMatchASerialRun) {
   EXPECT_EQ(slot, serial);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CoroWorkFirst,
-                         ::testing::Values(Kind{"pooled", EngineKind::pooled},
-                                           Kind{"per_device", EngineKind::per_device}),
-                         [](const ::testing::TestParamInfo<Kind>& p) { return p.param.label; });
+INSTANTIATE_TEST_SUITE_P(Engines, CoroWorkFirst, threaded_kinds(), threaded_kind_name);
 
 }  // namespace
 }  // namespace ordo::test
