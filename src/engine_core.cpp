@@ -426,7 +426,7 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
 
 template <bool Sorted>
 inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
-                                const OpAttrs& attrs) noexcept {
+                                       const OpAttrs& attrs) noexcept {
   // Grant every access now or none: all variables locked (the push's atomic
   // step), each one free for this access and carrying no live error (a
   // skip), and no handle stale (the usual push throws for it). A sorted list
@@ -957,7 +957,10 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     release(inherited);
   }
   std::uint8_t running = 1;
-  if (op->body.load(std::memory_order_relaxed) == 1 &&
+  // acquire: a 0 here is the executor's exchange (it is off the record);
+  // this side then frees the record, and its reuse must come after that
+  // exchange (ThreadSanitizer caught a reused record's read overlapping it).
+  if (op->body.load(std::memory_order_acquire) == 1 &&
       op->body.compare_exchange_strong(running, 2, std::memory_order_acq_rel)) {
     // The async body is still on its executor's stack: it frees the record.
   } else if (skipped) {
