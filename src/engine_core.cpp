@@ -709,8 +709,8 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     run_inline(op);
     return;
   }
-  if (op->kind == OpKind::fn_lease && from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread &&
-      lease_sampled(op) && short_leases()) {
+  if (lease_sampled(op) && from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread &&
+      short_leases()) {
     // Work first for coroutines: a lease ready at push, while leases are
     // short, is granted here; the coroutine goes on on this thread without
     // suspending (docs/coroutines.md), instead of waiting for a worker.
