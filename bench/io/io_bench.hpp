@@ -19,6 +19,7 @@ struct Config {
   std::string dir;                            ///< where the random-read file lives
   std::size_t file_bytes = std::size_t{1} << 30;
   std::vector<unsigned> depths{1, 32, 128};   ///< random-read queue depths
+  std::vector<bool> direct{false, true};      ///< random-read modes: buffered (false), O_DIRECT (true)
   std::vector<unsigned> conns{1, 64, 1024};   ///< echo connection counts
   std::size_t cpu_ops = 100'000;              ///< worker-never-blocked: CPU ops per run
   unsigned slow_reads = 1000;                 ///< worker-never-blocked: outstanding pipe reads

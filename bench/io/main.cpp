@@ -1,7 +1,8 @@
 // bench/io/main.cpp - ordo_io_bench: ordo::io against fio and Asio.
 //
 //   ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--seconds S]
-//                 [--dir D] [--file-mib M] [--depths 1,32,128] [--conns 1,64,1024]
+//                 [--dir D] [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]
+//                 [--conns 1,64,1024]
 //                 [--backends uring,threads] [--quick] [--verbose] [--write-docs [PATH]]
 //
 // Workloads (see each file): randread.cpp (4 KiB random reads, fio beside
@@ -162,13 +163,20 @@ int main(int argc, char** argv) try {
     else if (a == "--dir") cfg.dir = val();
     else if (a == "--file-mib") cfg.file_bytes = std::stoull(val()) << 20;
     else if (a == "--depths") cfg.depths = numbers(val());
-    else if (a == "--conns") cfg.conns = numbers(val());
+    else if (a == "--modes") {
+      cfg.direct.clear();
+      for (const std::string& m : words(val())) {
+        if (m != "buffered" && m != "direct") throw std::invalid_argument("--modes takes buffered and/or direct, not " + m);
+        cfg.direct.push_back(m == "direct");
+      }
+    } else if (a == "--conns") cfg.conns = numbers(val());
     else if (a == "--backends") backends = words(val());
     else if (a == "--write-docs") docs = (i + 1 < argc && argv[i + 1][0] != '-') ? val() : std::string(ORDO_SOURCE_DIR) + "/docs/io-bench.md";
     else {
       std::fprintf(stderr,
                    "usage: ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--seconds S] [--dir D]\n"
-                   "                     [--file-mib M] [--depths 1,32,128] [--conns 1,64,1024]\n"
+                   "                     [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]\n"
+                   "                     [--conns 1,64,1024]\n"
                    "                     [--backends uring,threads] [--quick] [--verbose] [--write-docs [PATH]]\n");
       return 2;
     }

@@ -241,10 +241,12 @@ std::vector<Row> run_randread(const Config& cfg, std::string& md) {
         "% in the page cache after warming. IOPS, median of " + std::to_string(cfg.runs) + " runs of " +
         seconds_text(cfg) + " s (min-max). `ordo-ops`: `Reactor::push_read` ops, one buffer variable per "
         "lane; `ordo-coro`: `depth` coroutines each `co_await io.read` in a loop (and checking the block). fio: "
-        "`--ioengine=io_uring --rw=randread --bs=4k --invalidate=0`, one job.\n\n";
-  md += "| mode | QD | engine | IOPS median | min-max | vs fio |\n|---|---:|---|---:|---:|---:|\n";
+        "`--ioengine=io_uring --rw=randread --bs=4k --invalidate=0`, one job. `vs fio`: the median of the "
+        "runs' own ratios (each ordo run against the fio run of the same round, seconds apart), "
+        "min-max beside it; the disk's speed drifts more between rounds than within one.\n\n";
+  md += "| mode | QD | engine | IOPS median | min-max | vs fio | ratio min-max |\n|---|---:|---|---:|---:|---:|---:|\n";
 
-  for (const bool direct : {false, true}) {
+  for (const bool direct : cfg.direct) {
     for (const unsigned depth : cfg.depths) {
       const std::string workload = std::string("randread-") + (direct ? "direct" : "buffered") + "-qd" + std::to_string(depth);
       std::vector<Row> these(engines.size());
@@ -276,17 +278,29 @@ std::vector<Row> run_randread(const Config& cfg, std::string& md) {
         row.engine = engines[e].name;
         row.unit = "IOPS";
         char ratio[32] = "-";
+        char spread[32] = "-";
         if (fio && e != 0 && fio_iops > 0) {
-          std::snprintf(ratio, sizeof ratio, "%.2f", row.fig.median() / fio_iops);
-          row.extra = std::string("vs_fio=") + ratio;
+          // Paired: run r of this engine over run r of fio (same round).
+          Figure ratios;
+          for (std::size_t r = 0; r < row.fig.runs.size(); ++r) {
+            const double f = these[0].fig.runs[r];
+            ratios.runs.push_back(f > 0 ? row.fig.runs[r] / f : 0);
+          }
+          const double paired = ratios.median();
+          std::snprintf(ratio, sizeof ratio, "%.2f", paired);
+          std::snprintf(spread, sizeof spread, "%.2f-%.2f", ratios.min(), ratios.max());
+          char extra[160];
+          std::snprintf(extra, sizeof extra, "vs_fio=%.3f vs_fio_min=%.3f vs_fio_max=%.3f medians_ratio=%.3f", paired,
+                        ratios.min(), ratios.max(), row.fig.median() / fio_iops);
+          row.extra = extra;
           if (engines[e].backend == ordo::io::Backend::uring) {
-            row.extra += std::string(" target_90pct=") + (row.fig.median() >= 0.9 * fio_iops ? "met" : "missed");
+            row.extra += std::string(" target_90pct=") + (paired >= 0.9 ? "met" : "missed");
           }
         }
         print_result(row);
         md += std::string("| ") + (direct ? "O_DIRECT" : "buffered") + " | " + std::to_string(depth) + " | " + row.engine +
               " | " + human(row.fig.median()) + " | " + human(row.fig.min()) + "-" + human(row.fig.max()) + " | " +
-              ratio + (row.ok ? "" : " (FAILED)") + " |\n";
+              ratio + (row.ok ? "" : " (FAILED)") + " | " + spread + " |\n";
         rows.push_back(row);
       }
     }
