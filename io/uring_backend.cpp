@@ -269,7 +269,7 @@ class UringBackend final : public BackendImpl {
   io_uring_sqe* get_sqe() noexcept {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) {
-      io_uring_submit(&ring_);  // the queue is full: hand it to the kernel, then retry
+      submit_sqes();  // the queue is full: hand it to the kernel, then retry
       sqe = io_uring_get_sqe(&ring_);
     }
     return sqe;
@@ -280,7 +280,7 @@ class UringBackend final : public BackendImpl {
   bool prep(Request* r) noexcept {
     const bool stopping = stopping_.load(std::memory_order_seq_cst);
     const bool linked = !stopping && r->deadline_ns > 0 && r->code != OpCode::timer;
-    if (io_uring_sq_space_left(&ring_) < (linked ? 2U : 1U)) io_uring_submit(&ring_);
+    if (io_uring_sq_space_left(&ring_) < (linked ? 2U : 1U)) submit_sqes();
     if (io_uring_sq_space_left(&ring_) < (linked ? 2U : 1U)) return false;
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     const auto addr = reinterpret_cast<std::uint64_t>(r);
@@ -290,6 +290,11 @@ class UringBackend final : public BackendImpl {
       sqes_.fetch_add(1, std::memory_order_release);
       return true;
     }
+    // Read the request before its SQE is counted, as the reads above are:
+    // after that, its completion may come through the kernel (where
+    // ThreadSanitizer sees no ordering) and the request be reused.
+    const bool file_rw =
+        r->code == OpCode::read || r->code == OpCode::write || r->code == OpCode::readv || r->code == OpCode::writev;
     const auto off = r->off == kNoOffset ? static_cast<__u64>(-1) : static_cast<__u64>(r->off);
     const auto len = static_cast<unsigned>(r->len);
     switch (r->code) {
@@ -349,7 +354,35 @@ class UringBackend final : public BackendImpl {
       io_uring_sqe_set_data64(ts, addr | kTagTimeout);
       sqes_.fetch_add(1, std::memory_order_release);
     }
+    if (file_rw) {
+      ++rw_unsubmitted_;
+      // Device-bound: enter the kernel every two SQEs, so that no block
+      // plug holds the requests back (see submit_sqes()).
+      if (device_bound_ && io_uring_sq_ready(&ring_) >= 2) submit_sqes();
+    }
     return true;
+  }
+
+  /// Enters the kernel with every prepped SQE (flusher only) and learns
+  /// from it how to batch the next ones. An io_uring_enter of more than two
+  /// SQEs plugs the block layer: a device request waits there until the
+  /// whole batch has been issued. For reads served from the page cache
+  /// (done during the call) big batches only save system calls; for reads
+  /// that reach a disk the plug adds the batch's issue time to each one's
+  /// latency (4 KiB O_DIRECT reads at queue depth 32 on this machine's
+  /// virtio disk: ~41k IOPS batched against ~48k submitted two at a time,
+  /// where fio, submitting one at a time, made ~47k). So when few of the
+  /// reads and writes of a call complete during it, the next ones go in
+  /// pairs (device_bound_), until a call shows them completing at once again.
+  void submit_sqes() noexcept {
+    const unsigned rw = std::exchange(rw_unsubmitted_, 0U);
+    // The CQ tail is written by the kernel only: reading it is safe on any thread.
+    const unsigned tail_before = io_uring_smp_load_acquire(ring_.cq.ktail);
+    io_uring_submit(&ring_);
+    if (rw > 0) {
+      const unsigned posted = io_uring_smp_load_acquire(ring_.cq.ktail) - tail_before;
+      device_bound_ = 2 * posted < rw;
+    }
   }
 
   /// Drains both stacks into the submission queue and enters the kernel.
@@ -403,7 +436,7 @@ class UringBackend final : public BackendImpl {
         if (cancels != &cancel_all_) delete cancels;
         cancels = next;
       }
-      if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+      if (io_uring_sq_ready(&ring_) > 0) submit_sqes();
       flushing_.store(false, std::memory_order_seq_cst);
       if (incoming_.load(std::memory_order_seq_cst) == nullptr && cancels_.load(std::memory_order_seq_cst) == nullptr) {
         return;
@@ -586,6 +619,10 @@ class UringBackend final : public BackendImpl {
   CancelNode cancel_all_{nullptr, nullptr};  ///< the shutdown cancel-all (never allocated: it cannot fail)
   std::atomic<bool> cancel_all_reaped_{false};  ///< its CQE has come back
   std::atomic<bool> flushing_{false};
+  /// Flusher only (ordered by flushing_): reads and writes prepped since the
+  /// last io_uring_enter, and whether the last one found them device-bound.
+  unsigned rw_unsubmitted_ = 0;
+  bool device_bound_ = false;
   /// The one thread consuming the completion queue holds it: the reaper
   /// after each wait, or a submitter in reap_inline (try only, never waits).
   /// Acquire on taking / release on dropping it orders the CQ head updates.
