@@ -8,7 +8,7 @@
 //                   [--keys K] [--workers W] [--modes inline,engine,adaptive] [--quick]
 //
 // Server (one io thread + the engine's workers) and client (plain sockets,
-// one poll() thread, one request in flight per connection) share the
+// one epoll thread, one request in flight per connection) share the
 // process and the machine. Requests: 50% GET, 50% INCR on K keys (default
 // 1024: few conflicts). Each figure is the median of R runs, the modes
 // alternating run by run so drift hits both alike.
