@@ -35,7 +35,7 @@ class Recycler {
       p->next = nullptr;
       Global& g = global();
       std::lock_guard lock(g.mutex);
-      g.chains.push_back(p);
+      g.chains.push_back({p, 1});
       return;
     }
     p->next = cache->head;
@@ -46,9 +46,17 @@ class Recycler {
  private:
   static constexpr std::size_t kBatch = 128;
 
+  struct Chain {
+    T* head;
+    std::size_t count;
+  };
+
   struct Global {
     std::mutex mutex;
-    std::vector<T*> chains;                   ///< null-terminated chains of free records
+    /// Null-terminated chains of free records, each with its length (a
+    /// refill would otherwise walk one, a dependent cache miss per record:
+    /// the records were freed on other threads).
+    std::vector<Chain> chains;
     std::vector<T*> slabs;  ///< every slab ever made, never freed (kept reachable)
   };
 
@@ -70,7 +78,7 @@ class Recycler {
       if (head == nullptr) return;
       Global& g = global();
       std::lock_guard lock(g.mutex);
-      g.chains.push_back(head);
+      g.chains.push_back({head, count});
     }
 
     T* pop() noexcept {
@@ -90,17 +98,16 @@ class Recycler {
       count -= kBatch;
       Global& g = global();
       std::lock_guard lock(g.mutex);
-      g.chains.push_back(chain);
+      g.chains.push_back({chain, kBatch});
     }
 
     void refill() {
       Global& g = global();
       std::lock_guard lock(g.mutex);
       if (!g.chains.empty()) {
-        head = g.chains.back();
+        head = g.chains.back().head;
+        count = g.chains.back().count;
         g.chains.pop_back();
-        count = 0;
-        for (T* p = head; p != nullptr; p = p->next) ++count;
         return;
       }
       g.slabs.reserve(g.slabs.size() + 1);
