@@ -6,6 +6,8 @@
 #include <concepts>
 #include <cstddef>
 #include <type_traits>
+#include <memory>
+#include <new>
 #include <utility>
 
 #include "ordo/var.hpp"
@@ -32,7 +34,7 @@ class VarList {
  public:
   static constexpr std::size_t kInline = 8;
 
-  VarList() noexcept = default;
+  VarList() noexcept {}  // inline_ left uninitialised: the first size_ entries are constructed as added
   explicit VarList(VarSpan vars) { assign(vars.begin(), vars.size()); }
   VarList(const VarList& o) { assign(o.data(), o.size_); }
   VarList(VarList&& o) noexcept { take(o); }
@@ -55,7 +57,8 @@ class VarList {
 
   void push_back(const Var& v) {
     if (size_ == capacity()) grow(size_ * 2);
-    data_mut()[size_++] = v;
+    ::new (static_cast<void*>(data_mut() + size_)) Var(v);
+    ++size_;
   }
 
   [[nodiscard]] const Var* data() const noexcept { return heap_ != nullptr ? heap_ : inline_; }
@@ -79,14 +82,14 @@ class VarList {
   }
   void assign(const Var* p, std::size_t n) {
     if (n > kInline) grow(n);
-    std::copy(p, p + n, data_mut());
+    std::uninitialized_copy(p, p + n, data_mut());
     size_ = n;
   }
   void take(VarList& o) noexcept {
     size_ = o.size_;
     heap_cap_ = o.heap_cap_;
     heap_ = std::exchange(o.heap_, nullptr);
-    if (heap_ == nullptr) std::copy(o.inline_, o.inline_ + size_, inline_);
+    if (heap_ == nullptr) std::uninitialized_copy(o.inline_, o.inline_ + size_, inline_);
     o.size_ = 0;
     o.heap_cap_ = 0;
   }
@@ -97,7 +100,12 @@ class VarList {
     size_ = 0;
   }
 
-  Var inline_[kInline];
+  // Not default-initialised (a list of one variable would otherwise clear
+  // all eight slots): Var is trivially copyable and destructible.
+  static_assert(std::is_trivially_copyable_v<Var> && std::is_trivially_destructible_v<Var>);
+  union {
+    Var inline_[kInline];
+  };
   Var* heap_ = nullptr;
   std::size_t heap_cap_ = 0;
   std::size_t size_ = 0;
