@@ -511,6 +511,74 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   ts.depth = 0;
 }
 
+bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
+  // A CPU lease of few variables, with no profiler or fence gate, pushed
+  // where the coroutine may go on with it: on a worker of the CPU pool
+  // (where it would be granted: the coroutine stays, as it would after a
+  // grant there), or as dispatch()'s lease rule has it, on a thread outside
+  // the engine while leases are short. No body runs, so unlike the direct
+  // path for sync ops this nests nothing on a worker's stack.
+  if (opts_.kind == EngineKind::naive || attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 ||
+      n > DirectRun::kMaxAccess || prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) {
+    return false;
+  }
+  const ThreadState& ts = t_state;
+  if (inline_below_ns_ == 0 || ts.completion_thread) return false;  // work first off
+  if (ts.engine == this) return ts.pool == cpu_.get();
+  return ts.engine == nullptr && ts.depth == 0 && short_leases();
+}
+
+bool EngineCore::grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n,
+                                 const OpAttrs& attrs) noexcept {
+  // All variables locked in address order (the push's atomic step), each one
+  // free for this access and carrying no live error, or nothing is granted.
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    v->lock.lock();
+    if (v->gen != specs[i].gen || v->head != nullptr || v->write_running ||
+        (specs[i].write && v->running_reads != 0) || live(v->error)) {
+      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
+      return false;
+    }
+  }
+  // The record as submit() then execute() would leave it: every access
+  // granted (not queued), counted in flight before the unlock that makes it
+  // reachable, its body started (a held lease does not count against the
+  // in-flight bound) and, now and then, timed for short_leases().
+  op->engine = this;
+  op->kind = OpKind::fn_lease;
+  op->ctx = ctx;
+  op->prop = attrs.prop;
+  op->priority = attrs.priority;
+  op->name = attrs.name;
+  op->always_run = attrs.always_run;
+  op->n_access = static_cast<std::uint16_t>(n);
+  op->wait.store(0, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    AccessNode* a = &op->access[i];
+    a->op = op;
+    a->next = nullptr;
+    a->set(v, specs[i].write);
+    if (specs[i].write) {
+      v->write_running = true;
+    } else {
+      ++v->running_reads;
+    }
+  }
+  op->counted = true;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  op->async_started = true;
+  async_started_.fetch_add(1, std::memory_order_relaxed);
+  ThreadState& ts = t_state;
+  op->lease_t0 = inline_below_ns_ != 0 && ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                                           lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)
+                     ? now_ns()
+                     : 0;
+  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
+  return true;
+}
+
 // ---------------------------------------------------------------------------
 // Operators
 
@@ -1140,6 +1208,25 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, const d
 }
 
 void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }
+
+detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                                          int& worker) {
+  detail::EngineCore* core = core_.get();
+  if (!core->lease_direct_allowed(ctx, attrs, reads.size() + writes.size())) return nullptr;
+  detail::AccessSpec specs[detail::DirectRun::kMaxAccess];
+  std::size_t n = detail::EngineCore::gather(reads, writes, specs, core);  // throws for a foreign handle
+  if (n > 1) n = detail::EngineCore::sort_merge(specs, n);                 // throws for a stale duplicate
+  detail::OpRecord* op = detail::op_alloc();
+  op->n_access = static_cast<std::uint16_t>(n);  // op_free() sizes an access block by it
+  if (n > static_cast<std::size_t>(detail::kInlineAccess)) op->access = detail::access_alloc(n);
+  if (core->grant_lease_now(op, ctx, specs, n, attrs)) {
+    const detail::ThreadState& ts = detail::t_state;
+    worker = ts.engine == core ? ts.index : -1;
+    return op;
+  }
+  detail::op_free(op);
+  return nullptr;
+}
 
 void Engine::fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept {
   detail::EngineCore* core = core_.get();

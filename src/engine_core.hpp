@@ -92,6 +92,16 @@ class EngineCore {
                                                     std::size_t n, const OpAttrs& attrs) noexcept;
   [[gnu::always_inline]] inline void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
 
+  /// Work first for coroutine leases, without the op's body: a lease pushed
+  /// where dispatch() would grant it at once (lease_direct_allowed: the
+  /// cheap checks, before normalising) whose variables are all free (specs
+  /// sorted and merged) is granted inside the push. `op` becomes the
+  /// started fn_lease op its OnComplete completes, as if its body had run;
+  /// false (nothing changed) if a variable is busy, stale or carries an error.
+  [[nodiscard]] bool lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
+  [[nodiscard]] bool grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n,
+                                     const OpAttrs& attrs) noexcept;
+
   // Operators.
   OperatorRecord* alloc_operator();
   void free_operator(OperatorRecord* rec) noexcept;

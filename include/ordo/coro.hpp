@@ -254,8 +254,24 @@ class Lease {
 /// it runs on a worker concurrently; that race is settled by one atomic word.
 class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
  public:
-  LeaseAwaitable(LeaseAwaitable&&) noexcept = default;
+  LeaseAwaitable(LeaseAwaitable&& o) noexcept
+      : OpAwaitBase(std::move(o)),
+        owner_(o.owner_),
+        now_(std::exchange(o.now_, false)),
+        now_done_(o.now_done_),
+        now_rc_(o.now_rc_),
+        now_post_(o.now_post_),
+        now_executor_(o.now_executor_) {}
   ~LeaseAwaitable() {
+    if (now_) {
+      if (!consumed_) {
+        try {
+          now_done_();  // granted at push, never awaited: release now
+        } catch (...) {
+        }
+      }
+      return;
+    }
     if (abandon() && !st_->error) {
       try {
         st_->done();  // granted, never awaited: release now
@@ -267,9 +283,23 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
   /// `co_await aw` (lvalue or rvalue): the awaiter refers to this object.
   struct Awaiter {
     LeaseAwaitable* self;
-    bool await_ready() const noexcept { return self->ready(); }
-    bool await_suspend(std::coroutine_handle<> h) const noexcept { return self->suspend(h); }
+    bool await_ready() const noexcept {
+      if (self->now_) return self->consumed_ || self->now_post_ == nullptr;
+      return self->ready();
+    }
+    bool await_suspend(std::coroutine_handle<> h) const noexcept {
+      if (self->now_) {  // granted at push, resume_on: continue on the executor
+        self->now_post_(self->now_executor_, h);
+        return true;
+      }
+      return self->suspend(h);
+    }
     Lease await_resume() const {
+      if (self->now_) {
+        if (self->consumed_) throw Error(Errc::invalid_argument, "an ordo::push awaitable was awaited twice");
+        self->consumed_ = true;
+        return Lease(self->now_done_, self->now_rc_, self->owner_);
+      }
       detail::OpState& s = self->consume();
       return Lease(s.done, s.rc, self->owner_);
     }
@@ -282,12 +312,12 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
   /// outlive the await.
   template <Executor E>
   LeaseAwaitable& resume_on(E& ex) & {
-    set_executor(ex);
+    bind_executor(ex);
     return *this;
   }
   template <Executor E>
   LeaseAwaitable&& resume_on(E& ex) && {
-    set_executor(ex);
+    bind_executor(ex);
     return std::move(*this);
   }
   /// Called by the awaiting Task's await_transform.
@@ -295,9 +325,31 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
 
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit LeaseAwaitable(detail::OpState* st) noexcept : OpAwaitBase(st) {}
+  /// Internal: a lease granted inside the push (detail::LeasePush::try_now),
+  /// with no shared state: `done` releases it.
+  LeaseAwaitable(OnComplete done, const RunContext& rc) noexcept
+      : OpAwaitBase(nullptr), now_(true), now_done_(done), now_rc_(rc) {}
 
  private:
+  template <class E>
+  void bind_executor(E& ex) {
+    if (!now_) {
+      set_executor(ex);
+      return;
+    }
+    if (consumed_) throw Error(Errc::invalid_argument, "resume_on on a moved-from or awaited ordo::push awaitable");
+    now_executor_ = static_cast<void*>(std::addressof(ex));
+    now_post_ = &detail::post_resume<E>;
+  }
+
   detail::PromiseBase* owner_ = nullptr;
+  // Granted at push (now_): the op's completion and what its grant handed
+  // it; where resume_on sends the coroutine.
+  bool now_ = false;
+  OnComplete now_done_{};
+  RunContext now_rc_{};
+  void (*now_post_)(void*, std::coroutine_handle<>) noexcept = nullptr;
+  void* now_executor_ = nullptr;
 };
 
 /// Returned by the function form of ordo::push (and by wait_for): `co_await`
@@ -354,6 +406,14 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 /// coroutine is resumed by the stop request); after the grant it has no effect.
 [[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),
                                          OpAttrs attrs = {}, const std::stop_token& stop = {}) {
+  // Where the push would grant the lease on this thread at once, it is
+  // granted here without a body or shared state (docs/coroutines.md, "Work
+  // first for coroutines"). The stop token cannot matter then: it only
+  // acts before the grant.
+  int worker = -1;
+  if (detail::OpRecord* op = detail::LeasePush::try_now(engine, ctx, r, w, attrs, worker); op != nullptr) {
+    return LeaseAwaitable(op->completion(), RunContext{ctx, nullptr, worker});
+  }
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
   mine.get()->cancellable = stop.stop_possible();

@@ -298,6 +298,10 @@ class Engine {
   void fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept;
   void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_lease(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  /// A lease granted inside the push, with no body (detail::LeasePush::try_now):
+  /// the started op, or null where the usual push must be made; `worker`:
+  /// this thread's worker index (-1: not a worker of this engine).
+  detail::OpRecord* grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs, int& worker);
   void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);

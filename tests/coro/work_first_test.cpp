@@ -126,6 +126,86 @@ TEST_P(CoroWorkFirst, ALeaseGrantedOnThePusherStillOrdersLaterOps) {
   EXPECT_GE(second.worker, 0) << "resumed by the worker that granted the read of w";
 }
 
+TEST_P(CoroWorkFirst, ALeaseReadyAtPushOnAWorkerIsGrantedThere) {
+  // A coroutine on a CPU worker (resumed there by the grant of a lease that
+  // had to wait) pushes a lease whose variable is free: it is granted at
+  // once on that worker and the coroutine goes on there. The lease still
+  // orders later ops: a sync op pushed meanwhile on its variable waits for
+  // its release.
+  Engine engine(options(10'000'000));
+  Var a = engine.new_variable();
+  Var b = engine.new_variable();
+  OnComplete finish_a;
+  Gate a_started;
+  engine.push_async(
+      [&](RunContext, OnComplete done) {
+        finish_a = done;
+        a_started.open();
+      },
+      Context::cpu(), {}, {a});
+  ASSERT_TRUE(a_started.wait(std::chrono::seconds(60)));
+  Where first;
+  Where second;
+  std::vector<int> log;  // ordered by b
+  bool granted_at_push = false;
+  Gate holding_b;
+  Event release_b;
+  auto body = [&]() -> Task<void> {
+    Lease la = co_await push(engine, reads(), writes(a));  // waits for the async op: granted on a worker
+    first = Where{std::this_thread::get_id(), la.run_context().worker};
+    auto pushed_b = push(engine, reads(), writes(b));  // b is free
+    granted_at_push = pushed_b.operator co_await().await_ready();
+    Lease lb = co_await std::move(pushed_b);
+    second = Where{std::this_thread::get_id(), lb.run_context().worker};
+    log.push_back(1);
+    holding_b.open();
+    co_await release_b;  // suspended, still holding a and b
+    log.push_back(2);
+  };
+  AsyncScope scope;
+  scope.spawn(body());
+  finish_a();  // releases a: its lease is granted on a worker
+  ASSERT_TRUE(holding_b.wait(std::chrono::seconds(60)));
+  EXPECT_GE(first.worker, 0) << "the first lease waited, so a worker granted it";
+  EXPECT_TRUE(granted_at_push) << "b was free: its lease should have been granted inside the push";
+  EXPECT_EQ(second.thread, first.thread) << "granted at push on that worker: no suspension, same thread";
+  EXPECT_EQ(second.worker, first.worker);
+  EXPECT_GE(engine.in_flight(), 2U) << "both held leases are in flight";
+  engine.push_sync([&] { log.push_back(3); }, Context::cpu(), {}, {b});  // waits for the lease on b
+  release_b.set();
+  scope.sync_join();
+  bounded_wait(engine, b);
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3}));
+  engine.wait_for_all();
+  EXPECT_EQ(engine.in_flight(), 0U);
+}
+
+TEST_P(CoroWorkFirst, ALeaseGrantedAtPushIsInFlightAndFailsItsVariables) {
+  // Granted on this thread at push (no op body ran), the lease is an op in
+  // flight until released, and failing it stores the error on what it writes.
+  Engine engine(options(10'000'000));
+  Var v = engine.new_variable();
+  (void)run_steps(engine, v, 16);
+  Event release;
+  Where where;
+  auto body = [&]() -> Task<void> {
+    Lease lease = co_await push(engine, reads(), writes(v));
+    where = Where{std::this_thread::get_id(), lease.run_context().worker};
+    co_await release;
+    lease.fail(std::make_exception_ptr(Boom("failed lease")));
+  };
+  AsyncScope scope;
+  scope.spawn(body());
+  EXPECT_EQ(where.thread, std::this_thread::get_id()) << "granted at push, on this thread";
+  EXPECT_EQ(where.worker, -1);
+  EXPECT_GE(engine.in_flight(), 1U) << "a held lease is in flight";
+  const std::uint64_t before = engine.var_version(v);
+  release.set();
+  scope.sync_join();
+  EXPECT_THROW(bounded_wait(engine, v), Boom);
+  EXPECT_EQ(engine.var_version(v), before + 1) << "a failed write still counts as a version";
+}
+
 TEST_P(CoroWorkFirst, ChainsOfShortLeasesMatchASerialRun) {
   // Many coroutines over a few variables, spawned from this thread: granted
   // here or on workers, the result must be the serial one.

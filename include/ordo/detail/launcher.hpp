@@ -41,6 +41,15 @@ struct LeasePush {
     op->fn.emplace(std::forward<F>(fn));
     engine.submit_lease(guard, ctx, reads, writes, attrs);
   }
+  /// Work first without the body: where the lease would be granted on this
+  /// thread at once (a thread outside the engine while leases are short, or
+  /// a CPU worker), grants it here (no op body, no shared state) and returns
+  /// the started op (its OnComplete releases it) and this thread's worker
+  /// index; null where the usual push must be made.
+  static OpRecord* try_now(Engine& engine, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                           int& worker) {
+    return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
+  }
 };
 
 }  // namespace ordo::detail
