@@ -314,14 +314,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (n > 0xFFFF) throw Error(Errc::invalid_argument, "push of " + op_label(attrs.name) + ": too many variables");
   const bool is_delete = attrs.prop == FnProperty::delete_var;
 
-  op->engine = this;
-  op->ctx = ctx;
-  op->prop = attrs.prop;
-  op->priority = attrs.priority;
-  op->name = attrs.name;
-  op->always_run = attrs.always_run;
-  op->n_access = static_cast<std::uint16_t>(n);
-  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
+  prepare(op, ctx, n, attrs);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
   if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var && held_back_count() >= window()) {
@@ -528,8 +521,25 @@ bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::si
   return ts.engine == nullptr && ts.depth == 0 && short_leases();
 }
 
-bool EngineCore::grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n,
-                                 const OpAttrs& attrs) noexcept {
+std::int64_t EngineCore::lease_start(ThreadState& ts) const noexcept {
+  if (inline_below_ns_ == 0) return 0;
+  const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                     lease_samples_.load(std::memory_order_relaxed) < kFirstSamples;
+  return timed ? now_ns() : 0;
+}
+
+inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const OpAttrs& attrs) {
+  op->engine = this;
+  op->ctx = ctx;
+  op->prop = attrs.prop;
+  op->priority = attrs.priority;
+  op->name = attrs.name;
+  op->always_run = attrs.always_run;
+  op->n_access = static_cast<std::uint16_t>(n);
+  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
+}
+
+bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
   // All variables locked in address order (the push's atomic step), each one
   // free for this access and carrying no live error, or nothing is granted.
   for (std::size_t i = 0; i < n; ++i) {
@@ -541,18 +551,11 @@ bool EngineCore::grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* sp
       return false;
     }
   }
-  // The record as submit() then execute() would leave it: every access
-  // granted (not queued), counted in flight before the unlock that makes it
-  // reachable, its body started (a held lease does not count against the
-  // in-flight bound) and, now and then, timed for short_leases().
-  op->engine = this;
+  // The (prepared) record as submit() then execute() would leave it: every
+  // access granted (not queued), counted in flight before the unlock that
+  // makes it reachable, its body started (a held lease does not count
+  // against the in-flight bound) and, now and then, timed for short_leases().
   op->kind = OpKind::fn_lease;
-  op->ctx = ctx;
-  op->prop = attrs.prop;
-  op->priority = attrs.priority;
-  op->name = attrs.name;
-  op->always_run = attrs.always_run;
-  op->n_access = static_cast<std::uint16_t>(n);
   op->wait.store(0, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
@@ -570,11 +573,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* sp
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
-  ThreadState& ts = t_state;
-  op->lease_t0 = inline_below_ns_ != 0 && ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                                           lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)
-                     ? now_ns()
-                     : 0;
+  op->lease_t0 = lease_start(t_state);
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
   return true;
 }
@@ -859,11 +858,7 @@ void EngineCore::execute(OpRecord* op) {
   op->async_started = true;
   if (op->kind == OpKind::fn_lease) {
     // Timed from before the body: publishing the grant may resume the coroutine inside it.
-    op->lease_t0 = lease_sampled(op) && inline_below_ns_ != 0 &&
-                           ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                            lease_samples_.load(std::memory_order_relaxed) < kFirstSamples)
-                       ? now_ns()
-                       : 0;
+    op->lease_t0 = lease_sampled(op) ? lease_start(ts) : 0;
   }
   async_started_.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr thrown;
@@ -1217,9 +1212,8 @@ detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan wr
   std::size_t n = detail::EngineCore::gather(reads, writes, specs, core);  // throws for a foreign handle
   if (n > 1) n = detail::EngineCore::sort_merge(specs, n);                 // throws for a stale duplicate
   detail::OpRecord* op = detail::op_alloc();
-  op->n_access = static_cast<std::uint16_t>(n);  // op_free() sizes an access block by it
-  if (n > static_cast<std::size_t>(detail::kInlineAccess)) op->access = detail::access_alloc(n);
-  if (core->grant_lease_now(op, ctx, specs, n, attrs)) {
+  core->prepare(op, ctx, n, attrs);
+  if (core->grant_lease_now(op, specs, n)) {
     const detail::ThreadState& ts = detail::t_state;
     worker = ts.engine == core ? ts.index : -1;
     return op;

@@ -99,8 +99,11 @@ class EngineCore {
   /// started fn_lease op its OnComplete completes, as if its body had run;
   /// false (nothing changed) if a variable is busy, stale or carries an error.
   [[nodiscard]] bool lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
-  [[nodiscard]] bool grant_lease_now(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n,
-                                     const OpAttrs& attrs) noexcept;
+  /// What every push stores in its record before granting: the engine, the
+  /// attributes and the access count, with an access block where `n` does
+  /// not fit inline (op_free() sizes it by n_access).
+  [[gnu::always_inline]] inline void prepare(OpRecord* op, Context ctx, std::size_t n, const OpAttrs& attrs);
+  [[nodiscard]] bool grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept;
 
   // Operators.
   OperatorRecord* alloc_operator();
@@ -200,6 +203,9 @@ class EngineCore {
     const std::int64_t avg = lease_avg_ns_.load(std::memory_order_relaxed);
     return avg >= 0 && avg < kLeaseBoundFactor * inline_below_ns_;
   }
+  /// When a lease granted now starts its timed hold (ns), or 0 if this one
+  /// is not timed: the first kFirstSamples, then one in kSampleEvery per thread.
+  [[nodiscard]] std::int64_t lease_start(ThreadState& ts) const noexcept;
   /// Leases whose hold time feeds lease_avg_ns_: CPU ones, routed normally.
   [[nodiscard]] static bool lease_sampled(const OpRecord* op) noexcept {
     return op->kind == OpKind::fn_lease && op->prop == FnProperty::normal && !op->ctx.is_gpu();
