@@ -17,6 +17,9 @@ constexpr int kMaxContinuations = 64;
 // Work first (EngineCore::runs_short): one CPU op in this many is timed.
 constexpr std::uint32_t kSampleEvery = 16;
 constexpr std::uint32_t kFirstSamples = 8;
+// A throttled pusher waiting for a full drain (throttle()) goes on once the
+// few ops left in flight (no more than the CPU workers) stop finishing for this long.
+constexpr auto kDrainPatience = std::chrono::milliseconds(1);
 // The direct path times one op in this many: its ops are short by definition,
 // so two clock reads (~30 ns each here) per 16 ops would cost it ~10%.
 constexpr std::uint32_t kDirectSampleEvery = 64;
@@ -292,7 +295,26 @@ void EngineCore::throttle() {
   // worker is idle with ops still in flight, those ops wait for something
   // outside the engine (an async completion, maybe one this thread will
   // trigger later): then the pusher goes on rather than deadlock.
-  while (held_back_count() > resume_at && !all_idle()) idle_cv_.wait(lock);
+  //
+  // A full drain can wait on ops that run long, maybe for something this
+  // thread does after the push (a worker busy in a gated op, the other
+  // idle). Once no more ops are in flight than there are CPU workers (they
+  // may all be running, none queued behind them), the drain is waited for
+  // only while ops keep finishing: a count that has not moved for
+  // kDrainPatience lets the pusher go on. Ops queued behind a long one
+  // (more than the workers) are still waited for, as above.
+  std::int64_t last = -1;
+  for (;;) {
+    const std::int64_t held = held_back_count();
+    if (held <= resume_at || all_idle()) break;
+    if (resume_at >= low_water_) {
+      idle_cv_.wait(lock);
+      continue;
+    }
+    if (held <= static_cast<std::int64_t>(opts_.cpu_workers) && held == last) break;
+    last = held;
+    (void)idle_cv_.wait_for(lock, kDrainPatience);
+  }
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
