@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "ordo/engine.hpp"
 #include "ordo/io/options.hpp"
 #include "ordo/io/request.hpp"
 
@@ -17,7 +18,9 @@ inline constexpr std::uint32_t kUringDirect = 1U << 31;
 
 /// io_uring. Returns null and sets `why_not` (e.g. "io_uring_queue_init: Operation
 /// not permitted (seccomp?)") when the kernel refuses a ring.
-std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, std::string& why_not);
+/// With IoOptions::idle_workers_reap, idle CPU workers of `engine` wait in the
+/// ring where the kernel allows (detail::IdleRing).
+std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, Engine* engine, std::string& why_not);
 
 /// Blocking syscalls on IoOptions::threads threads for files and metadata;
 /// sockets, pipes and timers wait for readiness/deadlines on one poll thread.

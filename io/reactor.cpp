@@ -44,6 +44,13 @@ IoOptions IoOptions::from_env() {
     }
     o.threads = static_cast<unsigned>(n);
   }
+  if (const char* r = std::getenv("ORDO_IO_IDLE_WORKERS_REAP"); r != nullptr) {
+    const std::string_view v(r);
+    if (v != "0" && v != "1") {
+      throw Error(Errc::invalid_argument, "ORDO_IO_IDLE_WORKERS_REAP must be 0 or 1, not '" + std::string(v) + "'");
+    }
+    o.idle_workers_reap = v == "1";
+  }
   return o;
 }
 
@@ -310,7 +317,7 @@ Reactor::Reactor(Engine& engine, IoOptions options)
   std::string why_not;
   if (opts_.backend != Backend::threads) {
 #if defined(ORDO_IO_HAVE_URING)
-    backend_ = detail::make_uring_backend(opts_, why_not);
+    backend_ = detail::make_uring_backend(opts_, &engine_, why_not);
 #else
     why_not = "ordo was built without liburing";
 #endif
@@ -345,6 +352,8 @@ Reactor::~Reactor() {
 }
 
 std::size_t Reactor::in_flight() const noexcept { return backend_->in_flight(); }
+bool Reactor::idle_workers_reap() const noexcept { return backend_->workers_reap(); }
+ReactorStats Reactor::stats() const noexcept { return backend_->stats(); }
 
 void Reactor::start(detail::Request* r) {
   State& s = *state_;

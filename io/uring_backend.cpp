@@ -34,6 +34,17 @@
 // waiting in the kernel even when the submitter reaps it itself: at 64 echo
 // connections that was a wake-up (and an IPI) per message.
 //
+// Idle workers in the ring (detail::IdleRing). When the kernel has
+// IORING_OP_FUTEX_WAIT (Linux 6.7) the backend attaches itself to the
+// engine: one idle CPU worker at a time waits in io_uring_enter instead of
+// on its futex, with a FUTEX_WAIT request on the word the engine wakes it
+// through, and delivers what completes itself, then runs what that made
+// ready. The reaper parks meanwhile (in_ring_). A read a coroutine issued
+// then costs one wake-up, of the worker that issued it (the kernel runs a
+// completion's task_work in the submitting thread, which is the one
+// waiting), instead of three: that worker to run the task_work, the
+// reaper to deliver, a worker to resume the coroutine.
+//
 // Counting. Every SQE that will produce a CQE is counted in sqes_, internal
 // ones (cancels, the shutdown cancel-all) included; requests_ counts requests
 // from submit to delivery. Shutdown sets stopping_ (later requests are
@@ -42,8 +53,11 @@
 // IORING_ASYNC_CANCEL_ANY request, and the reaper exits only when both
 // counts are zero; only then is the ring freed.
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <liburing.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -54,6 +68,7 @@
 #include <utility>
 
 #include "backends.hpp"
+#include "ordo/detail/idle_ring.hpp"
 #include "ordo/engine.hpp"
 
 namespace ordo::io::detail {
@@ -65,11 +80,19 @@ enum Tag : std::uint64_t {
   kTagCancel = 2,    ///< a cancel attempt
   kTagRejected = 3,  ///< a NOP standing in for a request submitted during shutdown
   kTagInternal = 4,  ///< no request: the shutdown cancel-all
+  kTagFutex = 5,     ///< no request: the ring holder's FUTEX_WAIT (IdleRing)
 };
 constexpr std::uint64_t kTagMask = 7;
 static_assert(alignof(Request) >= 8, "user_data tags need 8-byte aligned requests");
 
 constexpr std::uint32_t kFlagTimedOut = 1;  ///< backend_flags: the linked timeout fired
+
+// IORING_OP_FUTEX_WAIT (Linux 6.7; liburing 2.3's headers predate it) and
+// the futex2 flags of its SQE: a private 32-bit futex, any wake-up bit.
+constexpr std::uint8_t kOpFutexWait = 51;
+constexpr std::uint32_t kFutex2SizeU32 = 0x02;
+constexpr std::uint32_t kFutex2Private = 128;
+constexpr std::uint64_t kFutexBitsetAny = 0xffffffffULL;
 
 /// A pending cancel attempt (cancels are rare: a small allocation is fine).
 struct CancelNode {
@@ -84,15 +107,16 @@ __kernel_timespec to_timespec(std::int64_t ns) {
   return ts;
 }
 
-class UringBackend final : public BackendImpl {
+class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
  public:
   UringBackend() = default;
   UringBackend(const UringBackend&) = delete;
   UringBackend& operator=(const UringBackend&) = delete;
 
   /// Sets up the ring; returns an empty string or why it cannot be used.
-  std::string init(const IoOptions& options) {
+  std::string init(const IoOptions& options, Engine* engine) {
     const unsigned entries = options.entries == 0 ? 256 : options.entries;
+    bool futex_wait_ok = false;
     io_uring_params params{};
     params.flags = IORING_SETUP_CQSIZE;
     params.cq_entries = entries * 4;
@@ -122,9 +146,17 @@ class UringBackend final : public BackendImpl {
           return "io_uring lacks opcode " + std::to_string(op) + " (kernel too old)";
         }
       }
+      futex_wait_ok = io_uring_opcode_supported(probe, kOpFutexWait) != 0;
       io_uring_free_probe(probe);
     }
     ring_ready_ = true;
+    // engine_ is set before the reaper starts (it reads it); a worker may
+    // wait in the ring at once (the ring is ready).
+    if (options.idle_workers_reap && futex_wait_ok && !options.sqpoll && engine != nullptr &&
+        ordo::detail::IdleRingAccess::attach(*engine, this)) {
+      engine_ = engine;
+      attached_.store(true, std::memory_order_relaxed);
+    }
     reaper_ = std::thread([this] { reap(); });
     return {};
   }
@@ -168,6 +200,12 @@ class UringBackend final : public BackendImpl {
   void shutdown() noexcept override {
     if (!ring_ready_ || shut_down_) return;
     shut_down_ = true;
+    // No worker waits in the ring from here on: CQEs are the reaper's alone.
+    if (attached_.load(std::memory_order_relaxed)) {
+      ordo::detail::IdleRingAccess::detach(*engine_, this);
+      attached_.store(false, std::memory_order_seq_cst);
+      wake_reaper();  // back to the reaper's own parking (see park())
+    }
     stopping_.store(true, std::memory_order_seq_cst);
     // Submits already under way may still reap inline; later ones see
     // stopping_ and leave every CQE to the reaper. Only once the former are
@@ -212,6 +250,60 @@ class UringBackend final : public BackendImpl {
   [[nodiscard]] std::size_t in_flight() const noexcept override {
     return static_cast<std::size_t>(requests_.load(std::memory_order_relaxed) +
                                     internal_.load(std::memory_order_relaxed));
+  }
+
+  // detail::IdleRing: called by the engine's one worker that holds the ring.
+
+  void wait(std::atomic<std::uint32_t>& word, std::uint32_t value) noexcept override {
+    const Caller caller(callers_);
+    // The reaper parks while this is set (and is woken by deliver() if work is
+    // left in flight then); submits leave the completions to this worker.
+    in_ring_.store(true, std::memory_order_seq_cst);
+    if (futex_sqes_.load(std::memory_order_acquire) == 0 && !futex_want_.load(std::memory_order_acquire)) {
+      // The engine ends this wait by changing `word` and futex-waking it: a
+      // FUTEX_WAIT request on it posts a CQE then. One stays armed across
+      // waits until a wake-up completes it (or the value had changed: at once).
+      // Counted from here (not when prepped): no other wait() writes the
+      // word and value until its CQE is reaped, whoever flushes it meanwhile.
+      futex_word_ = &word;
+      futex_value_ = value;
+      futex_sqes_.fetch_add(1, std::memory_order_seq_cst);
+      futex_want_.store(true, std::memory_order_seq_cst);
+      flush();
+    }
+    for (;;) {
+      if (word.load(std::memory_order_seq_cst) != value || cq_nonempty()) return;
+      // A CQE posted after the look ends the wait at once (the kernel
+      // compares the tail with the head as last advanced). Completions of
+      // requests this thread submitted run their task_work here too.
+      const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
+        std::fprintf(stderr, "ordo::io: io_uring_enter (worker wait) failed: %s\n", std::strerror(-rc));
+        return;
+      }
+    }
+  }
+
+  [[nodiscard]] bool ready() const noexcept override { return cq_nonempty(); }
+
+  [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
+
+  [[nodiscard]] ReactorStats stats() const noexcept override {
+    return {stats_.by_reaper.load(std::memory_order_relaxed), stats_.by_workers.load(std::memory_order_relaxed),
+            stats_.by_submitters.load(std::memory_order_relaxed)};
+  }
+
+  void deliver() noexcept override {
+    const Caller caller(callers_);
+    if (!reaping_.exchange(true, std::memory_order_acquire)) {  // else its holder delivers
+      if (cq_nonempty()) {
+        const ordo::CompletionThread scope;
+        reap_ready(stats_.by_workers);
+      }
+      reaping_.store(false, std::memory_order_release);
+    }
+    in_ring_.store(false, std::memory_order_seq_cst);
+    wake_reaper_if_needed();  // requests still in flight: the reaper waits for them now
   }
 
  private:
@@ -412,6 +504,8 @@ class UringBackend final : public BackendImpl {
         fifo = next;
       }
       keep_pending(fifo);
+      // Before the cancels: the shutdown's cancel-all then also ends it.
+      if (futex_want_.exchange(false, std::memory_order_acquire)) prep_futex_wait();
       CancelNode* cancels = cancels_.exchange(nullptr, std::memory_order_acquire);
       while (cancels != nullptr) {
         CancelNode* next = cancels->next;
@@ -438,13 +532,37 @@ class UringBackend final : public BackendImpl {
       }
       if (io_uring_sq_ready(&ring_) > 0) submit_sqes();
       flushing_.store(false, std::memory_order_seq_cst);
-      if (incoming_.load(std::memory_order_seq_cst) == nullptr && cancels_.load(std::memory_order_seq_cst) == nullptr) {
+      if (incoming_.load(std::memory_order_seq_cst) == nullptr && cancels_.load(std::memory_order_seq_cst) == nullptr &&
+          !futex_want_.load(std::memory_order_seq_cst)) {
         return;
       }
       // Requests left over that found no room: the reaper retries after reaping.
       if (fifo != nullptr && prepped == 0) return;
       if (flushing_.exchange(true, std::memory_order_acq_rel)) return;
     }
+  }
+
+  /// The ring holder's FUTEX_WAIT (flusher only). No room: wanted again,
+  /// flushed after the next reap (the queue is full of requests in flight).
+  void prep_futex_wait() noexcept {
+    io_uring_sqe* sqe = get_sqe();
+    if (sqe == nullptr) {
+      futex_want_.store(true, std::memory_order_release);
+      return;
+    }
+    std::memset(sqe, 0, sizeof(*sqe));
+    sqe->opcode = kOpFutexWait;
+    sqe->fd = static_cast<std::int32_t>(kFutex2SizeU32 | kFutex2Private);
+    sqe->addr = reinterpret_cast<std::uint64_t>(futex_word_);
+    sqe->off = futex_value_;  // addr2: the expected value
+    sqe->addr3 = kFutexBitsetAny;
+    io_uring_sqe_set_data64(sqe, kTagFutex);
+    sqes_.fetch_add(1, std::memory_order_release);
+  }
+
+  /// A CQE not yet consumed. Atomic loads of both indices: any thread.
+  [[nodiscard]] bool cq_nonempty() const noexcept {
+    return io_uring_smp_load_acquire(ring_.cq.ktail) != io_uring_smp_load_acquire(ring_.cq.khead);
   }
 
   /// Keeps the requests that found no room (flusher only); the reaper
@@ -490,6 +608,9 @@ class UringBackend final : public BackendImpl {
         r->res = -ECANCELED;
         drop(r);
         break;
+      case kTagFutex:
+        futex_sqes_.fetch_sub(1, std::memory_order_release);  // the next wait arms another
+        break;
       default:
         internal_.fetch_sub(1, std::memory_order_relaxed);
         cancel_all_reaped_.store(true, std::memory_order_release);
@@ -515,7 +636,7 @@ class UringBackend final : public BackendImpl {
       // one a submitter took meanwhile just means waiting for the next.
       while (reaping_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
       const bool any = io_uring_cq_ready(&ring_) != 0;
-      if (any) reap_ready();
+      if (any) reap_ready(stats_.by_reaper);
       reaping_.store(false, std::memory_order_release);
       if (any) continue;
       if (park()) continue;
@@ -532,42 +653,91 @@ class UringBackend final : public BackendImpl {
   /// (at QD1 on cached data, every one). A submit that leaves work in flight
   /// wakes it (wake_reaper_if_needed). Returns true if it parked (or found
   /// work on the way): the caller looks again; false: wait in the kernel.
+  ///
+  /// Attached to an engine's idle workers (IdleRing), the reaper is their
+  /// watchdog instead: it parks for a tick at a time while a worker waits in
+  /// the ring or nothing is in flight. Requests in flight with no worker in
+  /// the ring get one tick's grace (the worker that submitted them is
+  /// usually about to go idle and wait in the ring, and a wake-up of this
+  /// thread per submit is what the ring saves); still so at the next tick
+  /// (every worker busy), the reaper takes the completions over and waits in
+  /// the kernel until a worker is in the ring again. Nothing in flight for
+  /// kDeepTicks ticks: it parks until a submit wakes it.
   bool park() noexcept {
     if (stopping_.load(std::memory_order_seq_cst)) return false;  // shutdown: CQEs are the reaper's alone
-    parked_.store(1, std::memory_order_relaxed);
+    if (attached_.load(std::memory_order_seq_cst)) {
+      const bool ring_held = in_ring_.load(std::memory_order_seq_cst);
+      const bool nothing = idle();
+      if (!ring_held && !nothing) {
+        idle_ticks_ = 0;
+        if (taking_over_) return false;
+        if (grace_) {
+          grace_ = false;
+          taking_over_ = true;
+          return false;
+        }
+        grace_ = true;
+      } else {
+        grace_ = false;
+        taking_over_ = false;
+        idle_ticks_ = nothing ? idle_ticks_ + 1 : 0;
+      }
+      if (idle_ticks_ <= kDeepTicks) {
+        parked_.store(kParkedTick, std::memory_order_seq_cst);
+        futex_wait(parked_, kParkedTick, kTickNs);
+        parked_.store(kAwake, std::memory_order_seq_cst);
+        return true;
+      }
+    }
+    parked_.store(kParkedDeep, std::memory_order_relaxed);
     // Dekker with wake_reaper_if_needed: this store then the load of the
     // counts, there the count changes then the load of parked_; with a
     // full fence on both sides, one of the two sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!idle()) {
-      parked_.store(0, std::memory_order_relaxed);
-      return sqes_.load(std::memory_order_relaxed) == 0;  // only unflushed work: look again; else wait in the kernel
+      parked_.store(kAwake, std::memory_order_relaxed);
+      // only unflushed work: look again; else wait in the kernel
+      return sqes_.load(std::memory_order_relaxed) == futex_sqes_.load(std::memory_order_relaxed);
     }
-    parked_.wait(1, std::memory_order_acquire);
+    while (parked_.load(std::memory_order_acquire) == kParkedDeep) futex_wait(parked_, kParkedDeep, 0);
+    idle_ticks_ = 0;
     return true;
   }
 
+  /// Sleeps while `word` holds `value`, at most `ns` nanoseconds (0: no limit).
+  static void futex_wait(std::atomic<int>& word, int value, long ns) noexcept {
+    timespec limit{0, ns};
+    syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT_PRIVATE, value, ns > 0 ? &limit : nullptr, nullptr, 0);
+  }
+
   /// Nothing submitted and not reaped, nothing waiting to be submitted.
+  /// The ring holder's armed FUTEX_WAIT does not count: it needs no reaper
+  /// (its CQE only ends that worker's wait).
   [[nodiscard]] bool idle() const noexcept {
-    return sqes_.load(std::memory_order_relaxed) == 0 && incoming_.load(std::memory_order_relaxed) == nullptr &&
+    return sqes_.load(std::memory_order_relaxed) == futex_sqes_.load(std::memory_order_relaxed) &&
+           incoming_.load(std::memory_order_relaxed) == nullptr &&
            cancels_.load(std::memory_order_relaxed) == nullptr && !has_pending_.load(std::memory_order_relaxed) &&
            !stopping_.load(std::memory_order_relaxed);
   }
 
-  /// After a submit or cancel: wakes a parked reaper if work is left in flight.
+  /// After a submit or cancel, or a worker's deliver(): wakes a reaper
+  /// parked until further notice if work is left in flight (one parked for
+  /// a tick looks by itself; see park()).
   void wake_reaper_if_needed() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (parked_.load(std::memory_order_relaxed) != 0 && !idle()) wake_reaper();
+    if (parked_.load(std::memory_order_relaxed) == kParkedDeep && !idle()) wake_reaper();
   }
 
   void wake_reaper() noexcept {
-    if (parked_.exchange(0, std::memory_order_seq_cst) != 0) parked_.notify_one();
+    if (parked_.exchange(kAwake, std::memory_order_seq_cst) != kAwake) {
+      syscall(SYS_futex, reinterpret_cast<int*>(&parked_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    }
   }
 
   /// Delivers every CQE in the queue (the caller holds reaping_). Requests
   /// that the deliveries submit are batched (t_batch_): one io_uring_enter
   /// after the loop for all of them, rather than one each.
-  void reap_ready() noexcept {
+  void reap_ready(std::atomic<std::uint64_t>& delivered) noexcept {
     unsigned head = 0;
     unsigned n = 0;
     io_uring_cqe* cqe = nullptr;
@@ -578,10 +748,11 @@ class UringBackend final : public BackendImpl {
     }
     io_uring_cq_advance(&ring_, n);
     sqes_.fetch_sub(n, std::memory_order_release);
+    delivered.fetch_add(n, std::memory_order_relaxed);
     t_batch_ = outer;
     // Submissions of the deliveries, and those that found the queue full.
     if (has_pending_.load(std::memory_order_acquire) || incoming_.load(std::memory_order_acquire) != nullptr ||
-        cancels_.load(std::memory_order_acquire) != nullptr) {
+        cancels_.load(std::memory_order_acquire) != nullptr || futex_want_.load(std::memory_order_acquire)) {
       flush();
     }
   }
@@ -599,7 +770,7 @@ class UringBackend final : public BackendImpl {
     // Shutting down: every CQE goes to the reaper (see shutdown()).
     if (!stopping_.load(std::memory_order_seq_cst) && io_uring_cq_ready(&ring_) != 0) {
       const ordo::CompletionThread scope;
-      reap_ready();
+      reap_ready(stats_.by_submitters);
     }
     reaping_.store(false, std::memory_order_release);
   }
@@ -627,19 +798,39 @@ class UringBackend final : public BackendImpl {
   /// after each wait, or a submitter in reap_inline (try only, never waits).
   /// Acquire on taking / release on dropping it orders the CQ head updates.
   std::atomic<bool> reaping_{false};
-  /// 1 while the reaper sleeps on it (futex) rather than in io_uring_enter.
-  std::atomic<int> parked_{0};
+  /// How the reaper sleeps (futex) rather than in io_uring_enter: see park().
+  static constexpr int kAwake = 0;
+  static constexpr int kParkedDeep = 1;  ///< until wake_reaper()
+  static constexpr int kParkedTick = 2;  ///< for kTickNs at most (attached to an engine)
+  static constexpr long kTickNs = 1'000'000;
+  static constexpr int kDeepTicks = 64;
+  std::atomic<int> parked_{kAwake};
+  // Reaper only (park()): the watchdog's state.
+  bool grace_ = false;
+  bool taking_over_ = false;
+  int idle_ticks_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> sqes_{0};      ///< SQEs submitted whose CQE has not been reaped
   std::atomic<std::int64_t> requests_{0};  ///< requests submitted and not yet delivered
   std::atomic<std::int64_t> internal_{0};  ///< internal SQEs in flight
+  struct {
+    std::atomic<std::uint64_t> by_reaper{0}, by_workers{0}, by_submitters{0};
+  } stats_;  ///< CQEs consumed, by who consumed them
+  // IdleRing (see the top of this file).
+  Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
+  std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
+  std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of deliver()
+  std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
+  std::atomic<std::int64_t> futex_sqes_{0};  ///< a FUTEX_WAIT wanted or submitted, its CQE not reaped (0 or 1)
+  std::atomic<std::uint32_t>* futex_word_ = nullptr;  ///< its word and value (written before futex_want_)
+  std::uint32_t futex_value_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, std::string& why_not) {
+std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, Engine* engine, std::string& why_not) {
   auto backend = std::make_unique<UringBackend>();
-  why_not = backend->init(options);
+  why_not = backend->init(options, engine);
   if (!why_not.empty()) return nullptr;
   return backend;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine_core.hpp"
+#include "ordo/detail/idle_ring.hpp"
 
 namespace ordo {
 
@@ -222,6 +223,11 @@ const Options& Engine::options() const noexcept { return core_->options(); }
 Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler()); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
+
+bool detail::IdleRingAccess::attach(Engine& engine, IdleRing* ring) noexcept {
+  return engine.core_->attach_idle_ring(ring);
+}
+void detail::IdleRingAccess::detach(Engine& engine, IdleRing* ring) noexcept { engine.core_->detach_idle_ring(ring); }
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {
   detail::t_state.completion_thread = true;

@@ -125,6 +125,13 @@ class EngineCore {
   void wait_for_var(Var var);
   void wait_for_all();
   [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
+  /// detail::IdleRingAccess: the CPU pool's workers may wait in `ring`.
+  bool attach_idle_ring(IdleRing* ring) noexcept {
+    return opts_.kind != EngineKind::naive && cpu_ != nullptr && cpu_->attach_ring(ring);
+  }
+  void detach_idle_ring(IdleRing* ring) noexcept {
+    if (cpu_ != nullptr) cpu_->detach_ring(ring);
+  }
   [[nodiscard]] std::size_t in_flight() const noexcept {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
   }

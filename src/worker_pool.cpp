@@ -1,7 +1,12 @@
 // src/worker_pool.cpp
 #include "worker_pool.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <utility>
 
 #include "engine_core.hpp"
@@ -64,8 +69,50 @@ void WorkerPool::enqueue(OpRecord* op) {
 }
 
 void WorkerPool::wake_one() {
+  // The epoch first: a worker about to wait in the ring checks it after it
+  // set ring_waiting_ (seq_cst both sides), so either it sees the bump and
+  // does not wait, or this sees it waiting and wakes it through its word.
   epoch_.fetch_add(1, std::memory_order_seq_cst);
+  // The ring's holder only when no other worker sleeps: waking a sleeper
+  // instead leaves the ring with its waiter, where the next completion wakes it.
+  if (ring_waiting_.load(std::memory_order_seq_cst) && sleepers_.load(std::memory_order_seq_cst) <= 1 &&
+      ring_waiting_.exchange(false, std::memory_order_seq_cst)) {
+    wake_ring();
+    return;
+  }
   epoch_.notify_one();
+}
+
+void WorkerPool::wake_ring() noexcept {
+  ring_word_.fetch_add(1, std::memory_order_seq_cst);
+  // A raw futex wake: the holder's wait is a FUTEX_WAIT request in its ring,
+  // which std::atomic::notify_one (it counts its own waiters) would not see.
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&ring_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+bool WorkerPool::attach_ring(IdleRing* ring) noexcept {
+  IdleRing* expected = nullptr;
+  return ring != nullptr && ring_.compare_exchange_strong(expected, ring, std::memory_order_seq_cst);
+}
+
+void WorkerPool::detach_ring(IdleRing* ring) noexcept {
+  IdleRing* expected = ring;
+  if (!ring_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
+  // Dekker with claim_ring(): this store of ring_ then the load of
+  // ring_users_, there the increment then the load of ring_.
+  while (ring_users_.load(std::memory_order_seq_cst) != 0) {
+    if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
+    std::this_thread::yield();
+  }
+}
+
+IdleRing* WorkerPool::claim_ring() noexcept {
+  if (ring_.load(std::memory_order_relaxed) == nullptr) return nullptr;
+  int expected = 0;
+  if (!ring_users_.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) return nullptr;  // held
+  IdleRing* ring = ring_.load(std::memory_order_seq_cst);
+  if (ring == nullptr) ring_users_.store(0, std::memory_order_seq_cst);
+  return ring;
 }
 
 OpRecord* WorkerPool::try_pop() {
@@ -131,16 +178,46 @@ void WorkerPool::worker_main(int index) {
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        op = try_pop();
-        if (op == nullptr) {
-          if (stop_.load(std::memory_order_acquire)) {
-            sleepers_.fetch_sub(1, std::memory_order_relaxed);
-            break;
-          }
-          core_.worker_idle();
-          epoch_.wait(epoch, std::memory_order_seq_cst);
+        // An attached ring (detail::IdleRing): this worker waits in it if no
+        // other does, so the completion it waits for wakes this thread.
+        IdleRing* ring = claim_ring();
+        std::uint32_t word = 0;
+        if (ring != nullptr) {
+          word = ring_word_.load(std::memory_order_seq_cst);
+          ring_waiting_.store(true, std::memory_order_seq_cst);
         }
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        op = try_pop();
+        const bool stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
+        bool waited_in_ring = false;
+        if (op == nullptr && !stop) {
+          core_.worker_idle();
+          if (ring == nullptr) {
+            epoch_.wait(epoch, std::memory_order_seq_cst);
+          } else if (epoch_.load(std::memory_order_seq_cst) == epoch) {
+            ring->wait(ring_word_, word);
+            waited_in_ring = true;
+          }
+        }
+        if (ring != nullptr) {
+          ring_waiting_.store(false, std::memory_order_seq_cst);
+          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+          // Deliver what came as a worker that is about to look at the
+          // queue: what the deliveries enqueue wakes nobody (this thread
+          // takes it next), and more than it takes brings a sleeper in.
+          if (waited_in_ring) {
+            spinning_.fetch_add(1, std::memory_order_seq_cst);
+            ring->deliver();
+            spinning_.fetch_sub(1, std::memory_order_seq_cst);
+          }
+          ring_users_.store(0, std::memory_order_seq_cst);
+          if (size_.load(std::memory_order_relaxed) > 1 && spinning_.load(std::memory_order_seq_cst) == 0 &&
+              sleepers_.load(std::memory_order_seq_cst) > 0) {
+            wake_one();
+          }
+        } else {
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        }
+        if (stop) break;
         if (op == nullptr) continue;
       }
     }
@@ -162,6 +239,15 @@ OpRecord* WorkerPool::spin() {
       std::this_thread::yield();
     }
     if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+    // A completion came for the ring nobody waits in: go and deliver it.
+    // (Held while looked at, so that detach_ring() waits for the look.)
+    if (op == nullptr && (i & 7) == 7 && ring_.load(std::memory_order_relaxed) != nullptr) {
+      if (IdleRing* ring = claim_ring(); ring != nullptr) {
+        const bool ready = ring->ready();
+        ring_users_.store(0, std::memory_order_seq_cst);
+        if (ready) break;
+      }
+    }
   }
   spinning_.fetch_sub(1, std::memory_order_seq_cst);
   // Found work and more is queued while nobody else looks: bring a sleeper in.
@@ -173,9 +259,11 @@ OpRecord* WorkerPool::spin() {
 }
 
 void WorkerPool::stop_and_join() {
-  if (!stop_.exchange(true, std::memory_order_acq_rel)) {
+  if (!stop_.exchange(true, std::memory_order_seq_cst)) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     epoch_.notify_all();
+    // Dekker with the ring's holder: it sets ring_waiting_ then reads stop_.
+    if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
   }
   for (auto& t : threads_) {
     if (t.joinable()) t.join();

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "ordo/detail/idle_ring.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "spin_lock.hpp"
 
@@ -72,6 +73,11 @@ class WorkerPool {
   [[nodiscard]] std::int64_t queued() const noexcept { return size_.load(std::memory_order_relaxed); }
   [[nodiscard]] bool is_priority() const noexcept { return order_ == Order::priority; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// From now on one idle worker at a time may wait in `ring` instead of
+  /// sleeping (detail::IdleRing). False if a ring is attached already.
+  bool attach_ring(IdleRing* ring) noexcept;
+  /// Undoes attach_ring(): wakes the worker in the ring, returns once none is inside it.
+  void detach_ring(IdleRing* ring) noexcept;
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return size_.load(std::memory_order_acquire) == 0 &&
@@ -83,6 +89,10 @@ class WorkerPool {
   OpRecord* try_pop();
   OpRecord* spin();
   void wake_one();
+  /// The attached ring if this worker may wait in it now (it then holds it).
+  IdleRing* claim_ring() noexcept;
+  /// Wakes the worker waiting in the ring (its wait ends on ring_word_).
+  void wake_ring() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
 
   EngineCore& core_;
@@ -102,6 +112,14 @@ class WorkerPool {
   std::atomic<int> spinning_{0};
   std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake sleepers (futex word)
   std::atomic<bool> stop_{false};        ///< set once by stop_and_join()
+  // The idle ring (detail::IdleRing). One worker at a time holds it
+  // (ring_users_ 1) and, while idle, waits in it; it counts among the
+  // sleepers_. wake_one() wakes it through ring_word_ (futex) when no other
+  // worker sleeps, and leaves it waiting otherwise.
+  std::atomic<IdleRing*> ring_{nullptr};
+  std::atomic<int> ring_users_{0};          ///< 1 while a worker holds the ring
+  std::atomic<bool> ring_waiting_{false};   ///< the holder is idle: wake it through ring_word_
+  std::atomic<std::uint32_t> ring_word_{0};  ///< bumped to end the holder's wait (futex word)
   std::vector<std::thread> threads_;
 };
 

@@ -116,8 +116,13 @@ int open_file(const Config& cfg, bool direct) {
   return fd;
 }
 
+/// IoOptions::from_env() (ORDO_IO_IDLE_WORKERS_REAP=0 measures the reaper
+/// alone), with the backend under test.
 ordo::io::IoOptions reactor_options(ordo::io::Backend b) {
-  return ordo::io::IoOptions{.backend = b, .log = [](std::string_view) {}};
+  ordo::io::IoOptions o = ordo::io::IoOptions::from_env();
+  o.backend = b;
+  o.log = [](std::string_view) {};
+  return o;
 }
 
 /// Engine ops: io.push_read on `depth` lanes, round robin, for the run's length.

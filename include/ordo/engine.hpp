@@ -31,6 +31,7 @@ namespace ordo {
 
 namespace detail {
 class EngineCore;
+struct IdleRingAccess;
 struct LauncherPush;
 struct LeasePush;
 struct OperatorRecord;
@@ -287,6 +288,7 @@ class Engine {
  private:
   friend struct detail::LauncherPush;  // internal launchers (OpKind::fn_launcher): ordo::io
   friend struct detail::LeasePush;     // coroutine leases (OpKind::fn_lease): ordo::push
+  friend struct detail::IdleRingAccess;  // idle workers waiting in an io_uring: ordo::io
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_normalized(detail::OpGuard& op, Context ctx, const detail::DirectRun& run, const OpAttrs& attrs);
   /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).

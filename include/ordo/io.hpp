@@ -348,6 +348,12 @@ class Reactor {
   [[nodiscard]] const IoOptions& options() const noexcept { return opts_; }
   /// Requests started and not yet delivered.
   [[nodiscard]] std::size_t in_flight() const noexcept;
+  /// True when idle CPU workers of the engine wait in this reactor's ring
+  /// and deliver its completions (IoOptions::idle_workers_reap, io_uring on
+  /// Linux 6.7+, and no other reactor attached to the engine's workers).
+  [[nodiscard]] bool idle_workers_reap() const noexcept;
+  /// Who consumed the completions so far.
+  [[nodiscard]] ReactorStats stats() const noexcept;
 
   // Files. Offsets are absolute; kCurrent reads/writes at the file position.
   static constexpr std::uint64_t kCurrent = detail::kNoOffset;

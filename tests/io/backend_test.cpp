@@ -162,7 +162,7 @@ IoOptions with_threads(unsigned n) {
 std::unique_ptr<BackendImpl> make_backend(const std::string& name, const IoOptions& options, std::string& why) {
   if (name == "threads") return detail::make_threads_backend(options);
 #ifdef ORDO_IO_HAVE_URING
-  if (name == "uring") return detail::make_uring_backend(options, why);
+  if (name == "uring") return detail::make_uring_backend(options, nullptr, why);
 #endif
   why = "backend " + name + " not built";
   return nullptr;
@@ -893,7 +893,7 @@ TEST(ThreadsBackend, WriteToABrokenPipeIsEPIPENotSIGPIPE) {
 // and its failures (EPIPE) are reported the same way.
 TEST(UringBackend, SendWithRoomCompletesOnTheSubmittingThreadWithoutTheRing) {
   std::string why;
-  auto backend = detail::make_uring_backend(IoOptions{}, why);
+  auto backend = detail::make_uring_backend(IoOptions{}, nullptr, why);
   if (!backend) GTEST_SKIP() << "io_uring unavailable: " << why;
   Pipe s = make_socketpair();
   std::string sent;

@@ -492,6 +492,8 @@ TEST_P(Io, ManyConnectionsEchoWithEveryContinuationOnAWorker) {
 // no hop to a worker; a user's async op, even a cheap one, still goes to a
 // worker: a completion thread never runs user code.
 TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
+  // The reaper's path: no idle worker takes the completions (see IdleWorkers below).
+  Reactor io{engine, IoOptions{.backend = GetParam(), .idle_workers_reap = false, .log = [](std::string_view) {}}};
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   Fd r(p[0]), w(p[1]);
@@ -698,6 +700,113 @@ TEST(IoOptionsEnv, ParsesBackendAndRejectsNonsense) {
   EXPECT_THROW((void)IoOptions::from_env(), Error);
   ::unsetenv("ORDO_IO_BACKEND");
   EXPECT_EQ(IoOptions::from_env().backend, Backend::automatic);
+}
+
+TEST(IoOptionsEnv, ParsesIdleWorkersReap) {
+  EXPECT_TRUE(IoOptions::from_env().idle_workers_reap);
+  ::setenv("ORDO_IO_IDLE_WORKERS_REAP", "0", 1);
+  EXPECT_FALSE(IoOptions::from_env().idle_workers_reap);
+  ::setenv("ORDO_IO_IDLE_WORKERS_REAP", "yes", 1);
+  EXPECT_THROW((void)IoOptions::from_env(), Error);
+  ::unsetenv("ORDO_IO_IDLE_WORKERS_REAP");
+}
+
+// Idle workers in the ring (IoOptions::idle_workers_reap, io_uring with
+// IORING_OP_FUTEX_WAIT). Skipped where the kernel lacks the op.
+IoOptions uring_options(bool idle_workers_reap = true) {
+  return IoOptions{.backend = Backend::uring, .idle_workers_reap = idle_workers_reap, .log = [](std::string_view) {}};
+}
+
+std::unique_ptr<Reactor> make_uring_reactor(Engine& engine, bool idle_workers_reap = true) {
+  try {
+    return std::make_unique<Reactor>(engine, uring_options(idle_workers_reap));
+  } catch (const Error&) {
+    return nullptr;  // io_uring unavailable here
+  }
+}
+
+// A coroutine's timers complete while its one worker is idle: that worker,
+// waiting in the ring, delivers them and resumes the coroutine itself; the
+// counts say who consumed each completion. Without the option the reaper does.
+TEST(IdleWorkers, AnIdleWorkerDeliversTheCompletionsItWaitsFor) {
+  for (const bool on : {true, false}) {
+    Engine engine{Options{.kind = EngineKind::per_device, .cpu_workers = 1}};
+    auto io = make_uring_reactor(engine, on);
+    if (!io) GTEST_SKIP() << "io_uring unavailable";
+    if (on && !io->idle_workers_reap()) GTEST_SKIP() << "kernel without IORING_OP_FUTEX_WAIT (Linux < 6.7)";
+    EXPECT_EQ(io->idle_workers_reap(), on);
+    constexpr int kTimers = 20;
+    const int resumed = sync_wait([&]() -> Task<int> {
+      int n = 0;
+      for (int i = 0; i < kTimers; ++i) {
+        co_await io->sleep_for(1ms);
+        n += engine.on_worker_of(Context::cpu()) ? 1 : 0;
+      }
+      co_return n;
+    }());
+    EXPECT_EQ(resumed, kTimers) << "a coroutine continued off the engine's workers";
+    const ReactorStats st = io->stats();
+    if (on) {
+      EXPECT_GT(st.by_workers, 0U) << "reaper " << st.by_reaper << ", submitters " << st.by_submitters;
+    } else {
+      EXPECT_EQ(st.by_workers, 0U);
+      EXPECT_GE(st.by_reaper + st.by_submitters, static_cast<std::uint64_t>(kTimers));
+    }
+  }
+}
+
+// Only one reactor's ring per engine: a second reactor runs on its reaper
+// alone; once the first is gone a new one attaches. The naive engine has no
+// workers to attach.
+TEST(IdleWorkers, OneRingPerEngineAndNoneForTheNaiveEngine) {
+  Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 2}};
+  auto first = make_uring_reactor(engine);
+  if (!first) GTEST_SKIP() << "io_uring unavailable";
+  if (!first->idle_workers_reap()) GTEST_SKIP() << "kernel without IORING_OP_FUTEX_WAIT (Linux < 6.7)";
+  auto second = make_uring_reactor(engine);
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(second->idle_workers_reap());
+  first.reset();
+  auto third = make_uring_reactor(engine);
+  EXPECT_TRUE(third->idle_workers_reap());
+  Engine naive{Options{.kind = EngineKind::naive}};
+  EXPECT_FALSE(make_uring_reactor(naive)->idle_workers_reap());
+}
+
+// Reactors come and go on one engine while its workers wait in their rings,
+// with I/O and CPU ops in flight around them: each destruction takes the
+// worker out of the ring and delivers everything; the engine keeps working.
+TEST(IdleWorkers, ReactorsComeAndGoWhileWorkersWaitInTheRing) {
+  Engine engine{Options{.kind = EngineKind::per_device, .cpu_workers = 2}};
+  Var counter = engine.new_variable();
+  std::int64_t value = 0;
+  for (int round = 0; round < 30; ++round) {
+    auto io = make_uring_reactor(engine);
+    if (!io) GTEST_SKIP() << "io_uring unavailable";
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    Fd r(p[0]), w(p[1]);
+    std::vector<char> got(1);
+    // A named lambda: the coroutine's frame refers to its captures.
+    auto read_one = [&]() -> Task<std::size_t> { co_return co_await io->read(r.fd, bytes(got), Reactor::kCurrent); };
+    auto reader = read_one();
+    std::thread writer([&] {
+      const char c = static_cast<char>('a' + round % 26);
+      EXPECT_EQ(::write(w.fd, &c, 1), 1);
+    });
+    for (int i = 0; i < 10; ++i) engine.push_sync([&value] { ++value; }, Context::cpu(), {}, {counter});
+    EXPECT_EQ(sync_wait(std::move(reader)), 1U);
+    EXPECT_EQ(got[0], static_cast<char>('a' + round % 26));
+    writer.join();
+    if (round % 3 == 0) {
+      // Leave a read in flight: the destruction cancels it.
+      std::vector<char> never(1);
+      io->read(r.fd, bytes(never), Reactor::kCurrent).then([](const Result&) {});
+    }
+    io.reset();
+    engine.wait_for_var(counter);
+    EXPECT_EQ(value, 10 * (round + 1));
+  }
 }
 
 }  // namespace

@@ -108,6 +108,18 @@ inline void finish_op(Request* r, std::int64_t res) noexcept {
 
 /// What a Reactor runs on. Every callback into the front end (release ->
 /// done) happens on a thread inside an ordo::CompletionThread scope.
+}  // namespace detail
+
+/// Where a reactor's completions were consumed (io_uring; all zero on the
+/// thread backend). Counts CQEs, internal ones (cancels, timeouts) included.
+struct ReactorStats {
+  std::uint64_t by_reaper = 0;      ///< the reaper thread
+  std::uint64_t by_workers = 0;     ///< an idle engine worker waiting in the ring (IoOptions::idle_workers_reap)
+  std::uint64_t by_submitters = 0;  ///< the submitting thread, right after its io_uring_enter
+};
+
+namespace detail {
+
 class BackendImpl {
  public:
   virtual ~BackendImpl() = default;
@@ -130,6 +142,9 @@ class BackendImpl {
   [[nodiscard]] virtual Backend kind() const noexcept = 0;
   /// Requests submitted and not yet delivered, internal ones included.
   [[nodiscard]] virtual std::size_t in_flight() const noexcept = 0;
+  /// Idle workers of the engine wait in this backend's ring (io_uring only).
+  [[nodiscard]] virtual bool workers_reap() const noexcept { return false; }
+  [[nodiscard]] virtual ReactorStats stats() const noexcept { return {}; }
 };
 
 }  // namespace detail

@@ -1,0 +1,51 @@
+// ordo/detail/idle_ring.hpp - a completion ring that an idle CPU worker waits
+// in instead of sleeping (ordo::io's io_uring backend). Internal; not for
+// user code.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace ordo {
+class Engine;
+}
+
+namespace ordo::detail {
+
+/// A completion queue that one idle CPU worker of an engine at a time waits
+/// on instead of its futex. A request's completion then wakes the worker
+/// that will deliver it and run what it made ready (a coroutine's
+/// resumption), rather than a reaper thread that hands it to a worker: one
+/// wake-up per completion instead of two or three.
+///
+/// The engine wakes a worker waiting here through `word` (it changes the
+/// value and futex-wakes the word), so the ring must also end its wait
+/// on such a wake-up (io_uring: a FUTEX_WAIT request on the word).
+class IdleRing {
+ public:
+  /// Waits until completions are ready for deliver(), or `word` no longer
+  /// holds `value`, or spuriously. Delivers nothing. Called by the one worker
+  /// that holds the ring; deliver() always follows.
+  virtual void wait(std::atomic<std::uint32_t>& word, std::uint32_t value) noexcept = 0;
+  /// Completions are waiting (a hint, any thread): a spinning worker stops
+  /// spinning and waits in the ring, which then returns at once.
+  [[nodiscard]] virtual bool ready() const noexcept = 0;
+  /// Delivers the completions that are ready, on the calling worker, and
+  /// gives the ring up (a reaper thread takes over while no worker waits).
+  virtual void deliver() noexcept = 0;
+
+ protected:
+  ~IdleRing() = default;
+};
+
+/// Attaches an IdleRing to an engine's CPU workers. The Engine befriends it.
+struct IdleRingAccess {
+  /// From now on an idle CPU worker of `engine` may wait in `ring`. False
+  /// where none can: the naive engine, or another ring already attached.
+  static bool attach(Engine& engine, IdleRing* ring) noexcept;
+  /// Undoes attach(): wakes the worker waiting in `ring`, if any, and
+  /// returns once no worker is inside its wait() or deliver().
+  static void detach(Engine& engine, IdleRing* ring) noexcept;
+};
+
+}  // namespace ordo::detail
