@@ -286,6 +286,10 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
 
   [[nodiscard]] bool ready() const noexcept override { return cq_nonempty(); }
 
+  [[nodiscard]] bool pending() const noexcept override {
+    return sqes_.load(std::memory_order_relaxed) > futex_sqes_.load(std::memory_order_relaxed) || cq_nonempty();
+  }
+
   [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
 
   [[nodiscard]] ReactorStats stats() const noexcept override {

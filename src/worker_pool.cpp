@@ -115,6 +115,15 @@ IdleRing* WorkerPool::claim_ring() noexcept {
   return ring;
 }
 
+bool WorkerPool::ring_has_pending() noexcept {
+  if (ring_.load(std::memory_order_relaxed) == nullptr) return false;
+  IdleRing* ring = claim_ring();  // held while looked at: detach_ring() waits for the look
+  if (ring == nullptr) return false;
+  const bool pending = ring->pending();
+  ring_users_.store(0, std::memory_order_seq_cst);
+  return pending;
+}
+
 OpRecord* WorkerPool::try_pop() {
   ThreadState& ts = t_state;
   lock_.lock();
@@ -173,7 +182,10 @@ void WorkerPool::worker_main(int index) {
       ts.continuations = 0;
       if (op == nullptr) {
         core_.flush_finished();  // out of work: publish the completions counted locally
-        op = spin();
+        // Spin for the next op, unless requests are in flight in a ring
+        // nobody waits in: then wait there at once, where their completion
+        // wakes this thread (spinning, it would steal the core that runs it).
+        if (!ring_has_pending()) op = spin();
       }
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
@@ -241,7 +253,7 @@ OpRecord* WorkerPool::spin() {
     if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
     // A completion came for the ring nobody waits in: go and deliver it.
     // (Held while looked at, so that detach_ring() waits for the look.)
-    if (op == nullptr && (i & 7) == 7 && ring_.load(std::memory_order_relaxed) != nullptr) {
+    if (op == nullptr && ring_.load(std::memory_order_relaxed) != nullptr) {
       if (IdleRing* ring = claim_ring(); ring != nullptr) {
         const bool ready = ring->ready();
         ring_users_.store(0, std::memory_order_seq_cst);

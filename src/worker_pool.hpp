@@ -91,6 +91,8 @@ class WorkerPool {
   void wake_one();
   /// The attached ring if this worker may wait in it now (it then holds it).
   IdleRing* claim_ring() noexcept;
+  /// Requests in flight in the attached ring, and no worker waits in it.
+  bool ring_has_pending() noexcept;
   /// Wakes the worker waiting in the ring (its wait ends on ring_word_).
   void wake_ring() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;

@@ -30,6 +30,9 @@ class IdleRing {
   /// Completions are waiting (a hint, any thread): a spinning worker stops
   /// spinning and waits in the ring, which then returns at once.
   [[nodiscard]] virtual bool ready() const noexcept = 0;
+  /// Requests are in flight (a hint, any thread): an idle worker that may
+  /// wait in the ring goes there at once instead of spinning first.
+  [[nodiscard]] virtual bool pending() const noexcept = 0;
   /// Delivers the completions that are ready, on the calling worker, and
   /// gives the ring up (a reaper thread takes over while no worker waits).
   virtual void deliver() noexcept = 0;
