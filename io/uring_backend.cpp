@@ -259,7 +259,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     // The reaper parks while this is set (and is woken by deliver() if work is
     // left in flight then); submits leave the completions to this worker.
     in_ring_.store(true, std::memory_order_seq_cst);
-    if (futex_sqes_.load(std::memory_order_acquire) == 0 && !futex_want_.load(std::memory_order_acquire)) {
+    if (futex_sqes_.load(std::memory_order_acquire) == 0) {  // counts a wanted one too
       // The engine ends this wait by changing `word` and futex-waking it: a
       // FUTEX_WAIT request on it posts a CQE then. One stays armed across
       // waits until a wake-up completes it (or the value had changed: at once).

@@ -47,6 +47,15 @@ struct VarWaiter {
   }
 };
 
+/// The op's i-th access node, set for `spec` and not yet queued.
+inline AccessNode* link_access(OpRecord* op, std::size_t i, const AccessSpec& spec) noexcept {
+  AccessNode* a = &op->access[i];
+  a->op = op;
+  a->next = nullptr;
+  a->set(spec.var, spec.write);
+  return a;
+}
+
 void cleanup_op(OpRecord* op) noexcept {
   op->fn.reset();
   if (op->oper != nullptr) op->oper->engine->release_operator(op->oper);
@@ -359,10 +368,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   std::int32_t granted = 0;
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    AccessNode* a = &op->access[i];
-    a->op = op;
-    a->next = nullptr;
-    a->set(v, specs[i].write);
+    AccessNode* a = link_access(op, i, specs[i]);
     if (is_delete) {
       ++v->gen;  // every handle to v is stale from now on
       v->deleted = true;
@@ -581,10 +587,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   op->wait.store(0, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    AccessNode* a = &op->access[i];
-    a->op = op;
-    a->next = nullptr;
-    a->set(v, specs[i].write);
+    link_access(op, i, specs[i]);
     if (specs[i].write) {
       v->write_running = true;
     } else {
