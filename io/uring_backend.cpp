@@ -185,9 +185,14 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     // Submitted by a delivery in reap_ready (the next push_read launched on
     // the reaper, an exact transfer's next part): it flushes once at the end.
     if (batching) return;
+    // Not in flight for pending() until this call has reaped what the
+    // kernel completed during it (see pending()).
+    submitting_.fetch_add(1, std::memory_order_seq_cst);
     flush();
     reap_inline();
+    submitting_.fetch_sub(1, std::memory_order_seq_cst);
     wake_reaper_if_needed();
+    want_waiter_if_needed();
   }
 
   void cancel(Request* r) noexcept override {
@@ -276,6 +281,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
       // A CQE posted after the look ends the wait at once (the kernel
       // compares the tail with the head as last advanced). Completions of
       // requests this thread submitted run their task_work here too.
+      stats_.worker_waits.fetch_add(1, std::memory_order_relaxed);
       const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
         std::fprintf(stderr, "ordo::io: io_uring_enter (worker wait) failed: %s\n", std::strerror(-rc));
@@ -286,15 +292,25 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
 
   [[nodiscard]] bool ready() const noexcept override { return cq_nonempty(); }
 
+  /// Requests past their submit call and not yet reaped (the armed
+  /// FUTEX_WAIT aside), or CQEs waiting. A request counts once the submit()
+  /// that flushed it has returned: one the kernel completes during its
+  /// submit (a read from the page cache) is reaped by its submitter right
+  /// after, and never needs a worker in the ring. Every submit() in progress
+  /// discounts one SQE: a hint, exact when submits do not overlap.
   [[nodiscard]] bool pending() const noexcept override {
-    return sqes_.load(std::memory_order_relaxed) > futex_sqes_.load(std::memory_order_relaxed) || cq_nonempty();
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: see WorkerPool::wake_for_ring()
+    const long in_flight = static_cast<long>(sqes_.load(std::memory_order_relaxed)) -
+                           static_cast<long>(futex_sqes_.load(std::memory_order_relaxed)) -
+                           static_cast<long>(submitting_.load(std::memory_order_relaxed));
+    return in_flight > 0 || cq_nonempty();
   }
 
   [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
 
   [[nodiscard]] ReactorStats stats() const noexcept override {
     return {stats_.by_reaper.load(std::memory_order_relaxed), stats_.by_workers.load(std::memory_order_relaxed),
-            stats_.by_submitters.load(std::memory_order_relaxed)};
+            stats_.by_submitters.load(std::memory_order_relaxed), stats_.worker_waits.load(std::memory_order_relaxed)};
   }
 
   void deliver() noexcept override {
@@ -308,6 +324,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     }
     in_ring_.store(false, std::memory_order_seq_cst);
     wake_reaper_if_needed();  // requests still in flight: the reaper waits for them now
+    want_waiter_if_needed();  // and this worker, or a sleeper, the next time it is idle
   }
 
  private:
@@ -732,6 +749,14 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     if (parked_.load(std::memory_order_relaxed) == kParkedDeep && !idle()) wake_reaper();
   }
 
+  /// After a submit or a worker's deliver(): requests in flight and no
+  /// worker in the ring (idle workers sleep on their futex while nothing is
+  /// in flight, see pending()): the engine brings one there.
+  void want_waiter_if_needed() noexcept {
+    if (!attached_.load(std::memory_order_seq_cst) || in_ring_.load(std::memory_order_seq_cst) || !pending()) return;
+    ordo::detail::IdleRingAccess::want_waiter(*engine_);
+  }
+
   void wake_reaper() noexcept {
     if (parked_.exchange(kAwake, std::memory_order_seq_cst) != kAwake) {
       syscall(SYS_futex, reinterpret_cast<int*>(&parked_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
@@ -819,12 +844,14 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   std::atomic<std::int64_t> internal_{0};  ///< internal SQEs in flight
   struct {
     std::atomic<std::uint64_t> by_reaper{0}, by_workers{0}, by_submitters{0};
-  } stats_;  ///< CQEs consumed, by who consumed them
+    std::atomic<std::uint64_t> worker_waits{0};
+  } stats_;  ///< CQEs consumed, by who consumed them; waits of workers in the ring
   // IdleRing (see the top of this file).
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
   std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
   std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of deliver()
-  std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
+  std::atomic<bool> futex_want_{false};
+  std::atomic<int> submitting_{0};  ///< submit() calls between their count and their inline reap    ///< a FUTEX_WAIT to prep at the next flush
   std::atomic<std::int64_t> futex_sqes_{0};  ///< a FUTEX_WAIT wanted or submitted, its CQE not reaped (0 or 1)
   std::atomic<std::uint32_t>* futex_word_ = nullptr;  ///< its word and value (written before futex_want_)
   std::uint32_t futex_value_ = 0;

@@ -228,6 +228,7 @@ bool detail::IdleRingAccess::attach(Engine& engine, IdleRing* ring) noexcept {
   return engine.core_->attach_idle_ring(ring);
 }
 void detail::IdleRingAccess::detach(Engine& engine, IdleRing* ring) noexcept { engine.core_->detach_idle_ring(ring); }
+void detail::IdleRingAccess::want_waiter(Engine& engine) noexcept { engine.core_->want_idle_ring_waiter(); }
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {
   detail::t_state.completion_thread = true;

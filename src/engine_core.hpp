@@ -132,6 +132,9 @@ class EngineCore {
   void detach_idle_ring(IdleRing* ring) noexcept {
     if (cpu_ != nullptr) cpu_->detach_ring(ring);
   }
+  void want_idle_ring_waiter() noexcept {
+    if (cpu_ != nullptr) cpu_->want_ring_waiter();
+  }
   [[nodiscard]] std::size_t in_flight() const noexcept {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
   }

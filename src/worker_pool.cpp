@@ -115,6 +115,28 @@ IdleRing* WorkerPool::claim_ring() noexcept {
   return ring;
 }
 
+void WorkerPool::want_ring_waiter() noexcept {
+  if (ring_.load(std::memory_order_relaxed) == nullptr) return;
+  // One of this pool's workers submitted: it is about to go idle (and wait
+  // in the ring itself) or to take another op (and wake a sleeper first).
+  // A wake-up here would cost a second thread per request.
+  if (t_state.pool == this) {
+    ring_wanted_.store(true, std::memory_order_relaxed);
+    return;
+  }
+  wake_for_ring();
+}
+
+void WorkerPool::wake_for_ring() noexcept {
+  // Dekker with the idle path: there sleepers_ is raised before the look at
+  // the ring's pending(); here the requests were counted before this fence.
+  // A worker that looked too early is counted here and woken; the woken one
+  // finds the requests pending and waits in the ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ring_waiting_.load(std::memory_order_relaxed) || sleepers_.load(std::memory_order_relaxed) == 0) return;
+  wake_one();
+}
+
 bool WorkerPool::ring_has_pending() noexcept {
   if (ring_.load(std::memory_order_relaxed) == nullptr) return false;
   IdleRing* ring = claim_ring();  // held while looked at: detach_ring() waits for the look
@@ -191,10 +213,21 @@ void WorkerPool::worker_main(int index) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         // An attached ring (detail::IdleRing): this worker waits in it if no
-        // other does, so the completion it waits for wakes this thread.
+        // other does and requests are in flight there, so the completion it
+        // waits for wakes this thread. With none in flight it sleeps on its
+        // futex: in the ring, CQEs that submitters post and reap themselves
+        // (cached reads, completed during their submit) would wake it each
+        // time. A submit that leaves requests in flight brings a sleeper in
+        // (want_ring_waiter()). Dekker with wake_for_ring(): sleepers_ above,
+        // then the look at pending() (fenced inside).
         IdleRing* ring = claim_ring();
+        if (ring != nullptr && !ring->pending()) {
+          ring_users_.store(0, std::memory_order_seq_cst);
+          ring = nullptr;
+        }
         std::uint32_t word = 0;
         if (ring != nullptr) {
+          ring_wanted_.store(false, std::memory_order_relaxed);  // this worker is the waiter
           word = ring_word_.load(std::memory_order_seq_cst);
           ring_waiting_.store(true, std::memory_order_seq_cst);
         }
@@ -232,6 +265,11 @@ void WorkerPool::worker_main(int index) {
         if (stop) break;
         if (op == nullptr) continue;
       }
+    }
+    // Requests this worker submitted wait for a waiter in the ring, and it
+    // stays busy: bring a sleeper in for them.
+    if (ring_wanted_.load(std::memory_order_relaxed) && ring_wanted_.exchange(false, std::memory_order_relaxed)) {
+      wake_for_ring();
     }
     core_.execute(op);
   }

@@ -78,6 +78,9 @@ class WorkerPool {
   bool attach_ring(IdleRing* ring) noexcept;
   /// Undoes attach_ring(): wakes the worker in the ring, returns once none is inside it.
   void detach_ring(IdleRing* ring) noexcept;
+  /// The attached ring has requests in flight and nobody waiting in it:
+  /// see IdleRingAccess::want_waiter().
+  void want_ring_waiter() noexcept;
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return size_.load(std::memory_order_acquire) == 0 &&
@@ -95,6 +98,8 @@ class WorkerPool {
   bool ring_has_pending() noexcept;
   /// Wakes the worker waiting in the ring (its wait ends on ring_word_).
   void wake_ring() noexcept;
+  /// Wakes a sleeping worker to wait in the ring, unless one waits there.
+  void wake_for_ring() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
 
   EngineCore& core_;
@@ -122,6 +127,10 @@ class WorkerPool {
   std::atomic<int> ring_users_{0};          ///< 1 while a worker holds the ring
   std::atomic<bool> ring_waiting_{false};   ///< the holder is idle: wake it through ring_word_
   std::atomic<std::uint32_t> ring_word_{0};  ///< bumped to end the holder's wait (futex word)
+  /// A worker of this pool submitted requests that nobody waits for in the
+  /// ring: if it takes another op rather than going idle, it wakes a sleeper
+  /// to wait there (want_ring_waiter()).
+  std::atomic<bool> ring_wanted_{false};
   std::vector<std::thread> threads_;
 };
 

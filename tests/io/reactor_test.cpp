@@ -493,13 +493,13 @@ TEST_P(Io, ManyConnectionsEchoWithEveryContinuationOnAWorker) {
 // worker: a completion thread never runs user code.
 TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
   // The reaper's path: no idle worker takes the completions (see IdleWorkers below).
-  Reactor io{engine, IoOptions{.backend = GetParam(), .idle_workers_reap = false, .log = [](std::string_view) {}}};
+  Reactor reaper_io{engine, IoOptions{.backend = GetParam(), .idle_workers_reap = false, .log = [](std::string_view) {}}};
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   Fd r(p[0]), w(p[1]);
   std::vector<char> first(1), second(1);
   Var v = engine.new_variable();
-  io.push_read(v, r.fd, bytes(first), Reactor::kCurrent);  // waits for the pipe
+  reaper_io.push_read(v, r.fd, bytes(first), Reactor::kCurrent);  // waits for the pipe
   struct Seen {
     std::atomic<bool> ran{false}, completion{false}, worker{false};
   } launcher, user;
@@ -513,7 +513,7 @@ TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
   };
   ordo::detail::LauncherPush::push(engine, record(launcher), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
   engine.push_async(record(user), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
-  io.push_read(v, r.fd, bytes(second), Reactor::kCurrent);  // launched behind the user's op
+  reaper_io.push_read(v, r.fd, bytes(second), Reactor::kCurrent);  // launched behind the user's op
   ASSERT_EQ(::write(w.fd, "ab", 2), 2);
   engine.wait_for_var(v);
   EXPECT_EQ(std::string(first.data(), 1) + std::string(second.data(), 1), "ab");
@@ -753,6 +753,29 @@ TEST(IdleWorkers, AnIdleWorkerDeliversTheCompletionsItWaitsFor) {
       EXPECT_GE(st.by_reaper + st.by_submitters, static_cast<std::uint64_t>(kTimers));
     }
   }
+}
+
+// Idle workers sleep on their futex while nothing is in flight, and wait in
+// the ring only while something is. Timers started one at a time by a thread
+// that is no worker (each after the previous one's callback ran on the
+// worker) are still delivered by the worker, from the ring: the submit calls
+// it there (IdleRingAccess::want_waiter), or the worker, going idle after the
+// callback, finds the timer pending. (Which of the two is a race; without
+// either, the reaper would deliver every one.)
+TEST(IdleWorkers, TimersStartedByAnotherThreadAreDeliveredFromTheRing) {
+  Engine engine{Options{.kind = EngineKind::per_device, .cpu_workers = 1}};
+  auto io = make_uring_reactor(engine);
+  if (!io) GTEST_SKIP() << "io_uring unavailable";
+  if (!io->idle_workers_reap()) GTEST_SKIP() << "kernel without IORING_OP_FUTEX_WAIT (Linux < 6.7)";
+  constexpr int kTimers = 20;
+  for (int i = 0; i < kTimers; ++i) {
+    std::promise<void> fired;
+    io->sleep_for(5ms).then([&fired](const Result&) { fired.set_value(); });
+    fired.get_future().wait();
+  }
+  const ReactorStats st = io->stats();
+  EXPECT_GT(st.by_workers, 0U) << "reaper " << st.by_reaper << ", submitters " << st.by_submitters;
+  EXPECT_GT(st.worker_waits, 0U);
 }
 
 // Only one reactor's ring per engine: a second reactor runs on its reaper

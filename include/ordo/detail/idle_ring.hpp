@@ -30,8 +30,13 @@ class IdleRing {
   /// Completions are waiting (a hint, any thread): a spinning worker stops
   /// spinning and waits in the ring, which then returns at once.
   [[nodiscard]] virtual bool ready() const noexcept = 0;
-  /// Requests are in flight (a hint, any thread): an idle worker that may
-  /// wait in the ring goes there at once instead of spinning first.
+  /// Requests are in flight, past their submit call, or completions are
+  /// waiting (a hint, any thread). An idle worker waits in the ring only
+  /// then (at once, without spinning first), and sleeps on its futex
+  /// otherwise: a request that the kernel completes during its submit (a
+  /// read from the page cache) needs no waiter, and its CQE would wake one.
+  /// A submit that leaves requests in flight with nobody in the ring calls
+  /// IdleRingAccess::want_waiter().
   [[nodiscard]] virtual bool pending() const noexcept = 0;
   /// Delivers the completions that are ready, on the calling worker, and
   /// gives the ring up (a reaper thread takes over while no worker waits).
@@ -49,6 +54,13 @@ struct IdleRingAccess {
   /// Undoes attach(): wakes the worker waiting in `ring`, if any, and
   /// returns once no worker is inside its wait() or deliver().
   static void detach(Engine& engine, IdleRing* ring) noexcept;
+  /// Requests are now in flight in the attached ring and no worker waits in
+  /// it: brings an idle worker there. On one of the engine's CPU workers
+  /// this only leaves a note: that worker goes to the ring itself when it
+  /// runs out of work, and wakes a sleeper for it if it takes another op
+  /// first. Elsewhere it wakes a sleeping worker, if any (none idle: the
+  /// first to run out of work finds the requests pending).
+  static void want_waiter(Engine& engine) noexcept;
 };
 
 }  // namespace ordo::detail
