@@ -300,10 +300,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   /// discounts one SQE: a hint, exact when submits do not overlap.
   [[nodiscard]] bool pending() const noexcept override {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: see WorkerPool::wake_for_ring()
-    const long in_flight = static_cast<long>(sqes_.load(std::memory_order_relaxed)) -
-                           static_cast<long>(futex_sqes_.load(std::memory_order_relaxed)) -
-                           static_cast<long>(submitting_.load(std::memory_order_relaxed));
-    return in_flight > 0 || cq_nonempty();
+    return in_kernel() > submitting_.load(std::memory_order_relaxed) || cq_nonempty();
   }
 
   [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
@@ -582,6 +579,11 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   }
 
   /// A CQE not yet consumed. Atomic loads of both indices: any thread.
+  /// SQEs submitted and not reaped, the ring holder's armed FUTEX_WAIT aside.
+  [[nodiscard]] std::int64_t in_kernel() const noexcept {
+    return sqes_.load(std::memory_order_relaxed) - futex_sqes_.load(std::memory_order_relaxed);
+  }
+
   [[nodiscard]] bool cq_nonempty() const noexcept {
     return io_uring_smp_load_acquire(ring_.cq.ktail) != io_uring_smp_load_acquire(ring_.cq.khead);
   }
@@ -718,7 +720,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     if (!idle()) {
       parked_.store(kAwake, std::memory_order_relaxed);
       // only unflushed work: look again; else wait in the kernel
-      return sqes_.load(std::memory_order_relaxed) == futex_sqes_.load(std::memory_order_relaxed);
+      return in_kernel() == 0;
     }
     while (parked_.load(std::memory_order_acquire) == kParkedDeep) futex_wait(parked_, kParkedDeep, 0);
     idle_ticks_ = 0;
@@ -735,7 +737,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   /// The ring holder's armed FUTEX_WAIT does not count: it needs no reaper
   /// (its CQE only ends that worker's wait).
   [[nodiscard]] bool idle() const noexcept {
-    return sqes_.load(std::memory_order_relaxed) == futex_sqes_.load(std::memory_order_relaxed) &&
+    return in_kernel() == 0 &&
            incoming_.load(std::memory_order_relaxed) == nullptr &&
            cancels_.load(std::memory_order_relaxed) == nullptr && !has_pending_.load(std::memory_order_relaxed) &&
            !stopping_.load(std::memory_order_relaxed);
@@ -850,8 +852,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
   std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
   std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of deliver()
-  std::atomic<bool> futex_want_{false};
-  std::atomic<int> submitting_{0};  ///< submit() calls between their count and their inline reap    ///< a FUTEX_WAIT to prep at the next flush
+  std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
+  std::atomic<int> submitting_{0};         ///< submit() calls between their count and their inline reap
   std::atomic<std::int64_t> futex_sqes_{0};  ///< a FUTEX_WAIT wanted or submitted, its CQE not reaped (0 or 1)
   std::atomic<std::uint32_t>* futex_word_ = nullptr;  ///< its word and value (written before futex_want_)
   std::uint32_t futex_value_ = 0;

@@ -121,7 +121,7 @@ void WorkerPool::want_ring_waiter() noexcept {
   // in the ring itself) or to take another op (and wake a sleeper first).
   // A wake-up here would cost a second thread per request.
   if (t_state.pool == this) {
-    ring_wanted_.store(true, std::memory_order_relaxed);
+    if (!ring_wanted_.load(std::memory_order_relaxed)) ring_wanted_.store(true, std::memory_order_relaxed);
     return;
   }
   wake_for_ring();
@@ -137,13 +137,13 @@ void WorkerPool::wake_for_ring() noexcept {
   wake_one();
 }
 
-bool WorkerPool::ring_has_pending() noexcept {
+bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
   if (ring_.load(std::memory_order_relaxed) == nullptr) return false;
   IdleRing* ring = claim_ring();  // held while looked at: detach_ring() waits for the look
   if (ring == nullptr) return false;
-  const bool pending = ring->pending();
+  const bool yes = (ring->*what)();
   ring_users_.store(0, std::memory_order_seq_cst);
-  return pending;
+  return yes;
 }
 
 OpRecord* WorkerPool::try_pop() {
@@ -207,7 +207,7 @@ void WorkerPool::worker_main(int index) {
         // Spin for the next op, unless requests are in flight in a ring
         // nobody waits in: then wait there at once, where their completion
         // wakes this thread (spinning, it would steal the core that runs it).
-        if (!ring_has_pending()) op = spin();
+        if (!ring_says(&IdleRing::pending)) op = spin();
       }
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
@@ -290,14 +290,7 @@ OpRecord* WorkerPool::spin() {
     }
     if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
     // A completion came for the ring nobody waits in: go and deliver it.
-    // (Held while looked at, so that detach_ring() waits for the look.)
-    if (op == nullptr && ring_.load(std::memory_order_relaxed) != nullptr) {
-      if (IdleRing* ring = claim_ring(); ring != nullptr) {
-        const bool ready = ring->ready();
-        ring_users_.store(0, std::memory_order_seq_cst);
-        if (ready) break;
-      }
-    }
+    if (op == nullptr && ring_says(&IdleRing::ready)) break;
   }
   spinning_.fetch_sub(1, std::memory_order_seq_cst);
   // Found work and more is queued while nobody else looks: bring a sleeper in.

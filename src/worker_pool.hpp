@@ -94,8 +94,9 @@ class WorkerPool {
   void wake_one();
   /// The attached ring if this worker may wait in it now (it then holds it).
   IdleRing* claim_ring() noexcept;
-  /// Requests in flight in the attached ring, and no worker waits in it.
-  bool ring_has_pending() noexcept;
+  /// What `what` (IdleRing::pending or ready) says of the attached ring,
+  /// held while asked; false if none is attached or another worker holds it.
+  bool ring_says(bool (IdleRing::*what)() const noexcept) noexcept;
   /// Wakes the worker waiting in the ring (its wait ends on ring_word_).
   void wake_ring() noexcept;
   /// Wakes a sleeping worker to wait in the ring, unless one waits there.

@@ -16,11 +16,6 @@
 // min-max. Before the table: the machine's own loopback round trip (two
 // threads, blocking sockets, no server), the floor of any one-connection
 // latency here.
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -85,48 +80,31 @@ double median(std::vector<double> v) {
 /// connection (blocking sockets, TCP_NODELAY): p50 and p99 in us. What one
 /// connection costs on this machine before any server code runs.
 Figure loopback_round_trip(unsigned trips) {
-  const int ls = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (ls < 0) throw std::runtime_error("socket failed");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(ls, 1) != 0 ||
-      ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(ls);
-    throw std::runtime_error("loopback listen failed");
-  }
-  const int one = 1;
-  std::thread echo([ls, one] {
-    const int c = ::accept(ls, nullptr, nullptr);
-    if (c < 0) return;
-    ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char b[64];
-    for (ssize_t n; (n = ::recv(c, b, sizeof b, 0)) > 0;) (void)::send(c, b, static_cast<std::size_t>(n), MSG_NOSIGNAL);
-    ::close(c);
-  });
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  std::vector<double> us;
-  const bool connected = s >= 0 && ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  if (connected) {
-    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char b[16] = {};
-    for (unsigned i = 0; i < trips; ++i) {
-      const auto t = std::chrono::steady_clock::now();
-      if (::send(s, b, sizeof b, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof b)) break;
-      for (std::size_t got = 0; got < sizeof b;) {
-        const ssize_t n = ::recv(s, b + got, sizeof b - got, 0);
-        if (n <= 0) break;
-        got += static_cast<std::size_t>(n);
-      }
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+  using asio::ip::tcp;
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::socket client(ctx);
+  client.connect(acceptor.local_endpoint());  // completed in the backlog, accepted next
+  tcp::socket server = acceptor.accept();
+  client.set_option(tcp::no_delay(true));
+  server.set_option(tcp::no_delay(true));
+  std::thread echo([&server] {
+    char b[16];
+    asio::error_code ec;
+    while (asio::read(server, asio::buffer(b), ec) == sizeof b && asio::write(server, asio::buffer(b), ec) == sizeof b) {
     }
+  });
+  std::vector<double> us;
+  char b[16] = {};
+  asio::error_code ec;
+  for (unsigned i = 0; i < trips; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    if (asio::write(client, asio::buffer(b), ec) != sizeof b || asio::read(client, asio::buffer(b), ec) != sizeof b) break;
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
   }
-  if (!connected) ::shutdown(ls, SHUT_RDWR);  // wakes the accept
-  if (s >= 0) ::close(s);
+  client.shutdown(tcp::socket::shutdown_send, ec);  // ends the echo's read
   echo.join();
-  ::close(ls);
-  if (us.size() != trips) throw std::runtime_error("loopback round trip failed");
+  if (us.size() != trips) throw std::runtime_error("loopback round trip failed: " + ec.message());
   std::sort(us.begin(), us.end());
   Figure f;
   f.rps = static_cast<double>(us.size()) / (std::accumulate(us.begin(), us.end(), 0.0) / 1e6);
