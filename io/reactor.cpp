@@ -51,6 +51,13 @@ IoOptions IoOptions::from_env() {
     }
     o.idle_workers_reap = v == "1";
   }
+  if (const char* c = std::getenv("ORDO_IO_COOPERATIVE_TASKRUN"); c != nullptr) {
+    const std::string_view v(c);
+    if (v != "0" && v != "1") {
+      throw Error(Errc::invalid_argument, "ORDO_IO_COOPERATIVE_TASKRUN must be 0 or 1, not '" + std::string(v) + "'");
+    }
+    o.cooperative_taskrun = v == "1";
+  }
   return o;
 }
 
@@ -328,6 +335,11 @@ Reactor::Reactor(Engine& engine, IoOptions options)
   if (backend_) {
     kind_ = Backend::uring;
     reason_ = opts_.backend == Backend::uring ? "io_uring (requested)" : "io_uring (available)";
+    if (opts_.cooperative_taskrun) {
+      reason_ += backend_->cooperative_taskrun() ? ", cooperative task running"
+                                                 : opts_.sqpoll ? ", cooperative task running not used with SQPOLL"
+                                                                : ", cooperative task running unavailable (Linux 5.19+)";
+    }
   } else {
     backend_ = detail::make_threads_backend(opts_);
     kind_ = Backend::threads;
@@ -353,6 +365,7 @@ Reactor::~Reactor() {
 
 std::size_t Reactor::in_flight() const noexcept { return backend_->in_flight(); }
 bool Reactor::idle_workers_reap() const noexcept { return backend_->workers_reap(); }
+bool Reactor::cooperative_taskrun() const noexcept { return backend_->cooperative_taskrun(); }
 ReactorStats Reactor::stats() const noexcept { return backend_->stats(); }
 
 void Reactor::start(detail::Request* r) {

@@ -124,7 +124,23 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
       params.flags |= IORING_SETUP_SQPOLL;
       params.sq_thread_idle = 50;
     }
-    if (const int rc = io_uring_queue_init_params(entries, &ring_, &params); rc < 0) {
+    // Cooperative task running: no interrupt of a running submitter per
+    // completion (IoOptions::cooperative_taskrun). A kernel older than 5.19
+    // refuses the flag with EINVAL: the ring is set up without it.
+    const bool coop = options.cooperative_taskrun && !options.sqpoll;
+    if (coop) params.flags |= IORING_SETUP_COOP_TASKRUN;
+    int rc = io_uring_queue_init_params(entries, &ring_, &params);
+    if (rc == -EINVAL && coop) {
+      const unsigned flags = params.flags & ~IORING_SETUP_COOP_TASKRUN;
+      params = io_uring_params{};
+      params.flags = flags;
+      params.cq_entries = entries * 4;
+      if (options.sqpoll) params.sq_thread_idle = 50;
+      rc = io_uring_queue_init_params(entries, &ring_, &params);
+    } else if (rc >= 0) {
+      coop_ = coop;
+    }
+    if (rc < 0) {
       std::string why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
       if (rc == -EPERM || rc == -ENOSYS) why += " (io_uring disabled by the kernel or a seccomp filter)";
       return why;
@@ -164,6 +180,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   ~UringBackend() override {
     shutdown();
   }
+
+  [[nodiscard]] bool cooperative_taskrun() const noexcept override { return coop_; }
 
   void submit(Request* r) noexcept override {
     const Caller caller(callers_);
@@ -852,6 +870,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
   std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
   std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of deliver()
+  bool coop_ = false;  ///< the ring was set up with IORING_SETUP_COOP_TASKRUN
   std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
   std::atomic<int> submitting_{0};         ///< submit() calls between their count and their inline reap
   std::atomic<std::int64_t> futex_sqes_{0};  ///< a FUTEX_WAIT wanted or submitted, its CQE not reaped (0 or 1)

@@ -352,6 +352,9 @@ class Reactor {
   /// and deliver its completions (IoOptions::idle_workers_reap, io_uring on
   /// Linux 6.7+, and no other reactor attached to the engine's workers).
   [[nodiscard]] bool idle_workers_reap() const noexcept;
+  /// True when the ring runs completion work cooperatively
+  /// (IoOptions::cooperative_taskrun, io_uring on Linux 5.19+, no SQPOLL).
+  [[nodiscard]] bool cooperative_taskrun() const noexcept;
   /// Who consumed the completions so far.
   [[nodiscard]] ReactorStats stats() const noexcept;
 

@@ -9,12 +9,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -163,15 +165,31 @@ std::unique_ptr<BackendImpl> make_backend(const std::string& name, const IoOptio
   if (name == "threads") return detail::make_threads_backend(options);
 #ifdef ORDO_IO_HAVE_URING
   if (name == "uring") return detail::make_uring_backend(options, nullptr, why);
+  if (name == "uring_coop") {
+    // The same tests with IoOptions::cooperative_taskrun: completion work
+    // runs when the submitting thread next enters the kernel or sleeps.
+    IoOptions coop = options;
+    coop.cooperative_taskrun = true;
+    return detail::make_uring_backend(coop, nullptr, why);
+  }
 #endif
   why = "backend " + name + " not built";
   return nullptr;
+}
+
+bool kernel_at_least(int major, int minor) {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
 }
 
 std::vector<std::string> backend_names() {
   std::vector<std::string> names{"threads"};
 #ifdef ORDO_IO_HAVE_URING
   names.emplace_back("uring");
+  names.emplace_back("uring_coop");
 #endif
   return names;
 }
@@ -242,6 +260,8 @@ TEST_P(BackendTest, NopDeliversOnACompletionThread) {
 
 TEST_P(BackendTest, KindMatchesTheParameter) {
   EXPECT_EQ(backend_->kind(), GetParam() == "threads" ? Backend::threads : Backend::uring);
+  // Linux 5.19+ has IORING_SETUP_COOP_TASKRUN; the ring falls back without it before.
+  EXPECT_EQ(backend_->cooperative_taskrun(), GetParam() == "uring_coop" && kernel_at_least(5, 19));
 }
 
 // Delivered like any completion: inside a CompletionThread scope, on a backend
@@ -475,7 +495,7 @@ TEST_P(BackendTest, SendOnAFullSocketWaitsForTheReaderAndKeepsTheStreamInOrder) 
   check_delivery(send);
   EXPECT_EQ(send.res, static_cast<std::int64_t>(tail.size()));
   EXPECT_EQ(got, std::string(queued, 'f') + tail);
-  if (GetParam() == "uring") {
+  if (GetParam() != "threads") {
     EXPECT_EQ(send.backend_flags & detail::kUringDirect, 0U) << "went around the ring";
   }
 }

@@ -36,17 +36,28 @@ namespace {
 using namespace std::chrono_literals;
 using ordo::test::test_seed;
 
-std::vector<Backend> backends() {
-  std::vector<Backend> out;
+/// A backend to run the suite on, with or without cooperative task running.
+struct Variant {
+  Backend backend;
+  bool coop = false;
+  [[nodiscard]] IoOptions options() const {
+    return IoOptions{.backend = backend, .cooperative_taskrun = coop, .log = [](std::string_view) {}};
+  }
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> out;
 #if defined(ORDO_IO_HAVE_URING)
-  out.push_back(Backend::uring);
+  out.push_back({Backend::uring});
+  out.push_back({Backend::uring, true});
 #endif
-  out.push_back(Backend::threads);
+  out.push_back({Backend::threads});
   return out;
 }
 
-std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
-  return info.param == Backend::uring ? "uring" : "threads";
+std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
+  if (info.param.backend == Backend::threads) return "threads";
+  return info.param.coop ? "uring_coop" : "uring";
 }
 
 /// A temp directory removed at the end of the test.
@@ -72,15 +83,22 @@ struct Fd {
 std::span<std::byte> bytes(std::vector<char>& v) { return std::as_writable_bytes(std::span(v)); }
 std::span<const std::byte> cbytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
-class Io : public ::testing::TestWithParam<Backend> {
+class Io : public ::testing::TestWithParam<Variant> {
  protected:
   Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 2}};
-  Reactor io{engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}}};
+  Reactor io{engine, GetParam().options()};
 };
 
 TEST_P(Io, ReportsItsBackend) {
-  EXPECT_EQ(io.backend(), GetParam());
+  EXPECT_EQ(io.backend(), GetParam().backend);
   EXPECT_FALSE(io.backend_reason().empty());
+  if (GetParam().coop) {
+    // Taken, or the reason says why not (a kernel before 5.19).
+    const bool unavailable = io.backend_reason().find("cooperative task running unavailable") != std::string::npos;
+    EXPECT_EQ(io.cooperative_taskrun(), !unavailable) << io.backend_reason();
+  } else {
+    EXPECT_FALSE(io.cooperative_taskrun());
+  }
 }
 
 TEST_P(Io, CoroutineWriteFsyncReadBackResumesOnAWorker) {
@@ -493,7 +511,11 @@ TEST_P(Io, ManyConnectionsEchoWithEveryContinuationOnAWorker) {
 // worker: a completion thread never runs user code.
 TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
   // The reaper's path: no idle worker takes the completions (see IdleWorkers below).
-  Reactor reaper_io{engine, IoOptions{.backend = GetParam(), .idle_workers_reap = false, .log = [](std::string_view) {}}};
+  Reactor reaper_io{engine, [] {
+                      IoOptions o = GetParam().options();
+                      o.idle_workers_reap = false;
+                      return o;
+                    }()};
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   Fd r(p[0]), w(p[1]);
@@ -665,7 +687,7 @@ TEST_P(Io, DestructionCancelsAndDeliversEverythingInFlight) {
   std::vector<std::vector<char>> bufs(kWaiting, std::vector<char>(1));
   std::atomic<int> cancelled{0}, other{0};
   {
-    Reactor local(engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}});
+    Reactor local(engine, GetParam().options());
     for (int i = 0; i < kWaiting; ++i) {
       int sv[2];
       ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -691,7 +713,7 @@ TEST_P(Io, MisuseIsAClearError) {
   EXPECT_THROW(op.then([](const Result&) {}), Error);  // started twice
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Io, ::testing::ValuesIn(backends()), backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, Io, ::testing::ValuesIn(variants()), variant_name);
 
 TEST(IoOptionsEnv, ParsesBackendAndRejectsNonsense) {
   ::setenv("ORDO_IO_BACKEND", "threads", 1);
@@ -709,6 +731,12 @@ TEST(IoOptionsEnv, ParsesIdleWorkersReap) {
   ::setenv("ORDO_IO_IDLE_WORKERS_REAP", "yes", 1);
   EXPECT_THROW((void)IoOptions::from_env(), Error);
   ::unsetenv("ORDO_IO_IDLE_WORKERS_REAP");
+  EXPECT_FALSE(IoOptions::from_env().cooperative_taskrun);
+  ::setenv("ORDO_IO_COOPERATIVE_TASKRUN", "1", 1);
+  EXPECT_TRUE(IoOptions::from_env().cooperative_taskrun);
+  ::setenv("ORDO_IO_COOPERATIVE_TASKRUN", "on", 1);
+  EXPECT_THROW((void)IoOptions::from_env(), Error);
+  ::unsetenv("ORDO_IO_COOPERATIVE_TASKRUN");
 }
 
 // Idle workers in the ring (IoOptions::idle_workers_reap, io_uring with

@@ -28,6 +28,19 @@ struct IoOptions {
   /// costs one thread wake-up instead of three. The reaper thread takes the
   /// completions while no worker is idle. Off: the reaper takes them all.
   bool idle_workers_reap = true;
+  /// io_uring (Linux 5.19+, IORING_SETUP_COOP_TASKRUN): the kernel no longer
+  /// interrupts a running thread to finish the requests it submitted (a
+  /// socket's data arrived, a disk read ended); the thread finishes them at
+  /// its next system call or when it sleeps. That saves an inter-processor
+  /// interrupt per completion: loopback echo at 64 connections went from
+  /// about 0.45 to 0.8 of Asio's messages/s (docs/io-bench.md). The price: a
+  /// thread that submits and then computes without a system call holds back
+  /// its own requests' completions until it makes one, even when other
+  /// workers are idle; an engine worker that went on to a long op delays them
+  /// by up to that op's length. Off by default. For servers and I/O-bound
+  /// pipelines whose ops are short. Ignored by the threads backend; on an
+  /// older kernel the ring is set up without it (backend_reason() says so).
+  bool cooperative_taskrun = false;
   /// Where callbacks run and awaiting coroutines continue (an engine context).
   Context resume_ctx = Context::cpu();
   /// Receives one line when the backend is chosen (which one, and why when

@@ -148,6 +148,8 @@ class BackendImpl {
   [[nodiscard]] virtual std::size_t in_flight() const noexcept = 0;
   /// Idle workers of the engine wait in this backend's ring (io_uring only).
   [[nodiscard]] virtual bool workers_reap() const noexcept { return false; }
+  /// The ring runs completion work cooperatively (IoOptions::cooperative_taskrun took effect).
+  [[nodiscard]] virtual bool cooperative_taskrun() const noexcept { return false; }
   [[nodiscard]] virtual ReactorStats stats() const noexcept { return {}; }
 };
 
