@@ -150,13 +150,14 @@ ordo::Task<void> accept_all(ordo::io::Reactor& io, int listen_fd, unsigned conns
   }
 }
 
-double ordo_echo(ordo::io::Backend backend, unsigned conns, double seconds) {
+double ordo_echo(ordo::io::Backend backend, unsigned conns, double seconds, bool coop) {
   std::uint16_t port = 0;
   const int lfd = listen_loopback(port);
   double rate = 0;
   {
     ordo::Engine engine;
-    ordo::io::Reactor io(engine, ordo::io::IoOptions{.backend = backend, .log = [](std::string_view) {}});
+    ordo::io::Reactor io(engine, ordo::io::IoOptions{.backend = backend, .cooperative_taskrun = coop, .log = [](std::string_view) {}});
+    if (coop && !io.cooperative_taskrun()) throw std::runtime_error("no cooperative task running: " + io.backend_reason());
     ordo::AsyncScope scope;
     scope.spawn(accept_all(io, lfd, conns, scope));
     try {
@@ -224,7 +225,11 @@ std::vector<Row> run_echo(const Config& cfg, std::string& md) {
   };
   std::vector<Server> servers;
   for (ordo::io::Backend b : cfg.backends) {
-    servers.push_back({std::string("ordo-") + backend_name(b), [&cfg, b](unsigned c) { return ordo_echo(b, c, cfg.seconds); }});
+    servers.push_back({std::string("ordo-") + backend_name(b), [&cfg, b](unsigned c) { return ordo_echo(b, c, cfg.seconds, false); }});
+    if (b == ordo::io::Backend::uring) {
+      // IoOptions::cooperative_taskrun: no interrupt of a busy submitter per completion.
+      servers.push_back({"ordo-uring-coop", [&cfg, b](unsigned c) { return ordo_echo(b, c, cfg.seconds, true); }});
+    }
   }
 #if defined(ORDO_IO_BENCH_ASIO)
   servers.push_back({"asio", [&cfg](unsigned c) { return asio_echo(c, cfg.seconds); }});
@@ -237,11 +242,14 @@ std::vector<Row> run_echo(const Config& cfg, std::string& md) {
   md += "## Loopback TCP echo\n\n";
   md += "One client thread (epoll, non-blocking sockets) keeps one 64-byte message in flight per connection and "
         "checks every echo. Servers: ordo::io, a coroutine per connection (`co_await io.recv`, then "
-        "`co_await io.send(...).exact()`), engine with its default workers (one per core); Asio " +
+        "`co_await io.send(...).exact()`), engine with its default workers (one per core); `ordo-uring-coop`: the "
+        "same with `IoOptions::cooperative_taskrun` (the kernel does not interrupt a running worker to finish "
+        "the requests it submitted; see docs/io.md); Asio " +
         std::string(asio ? "" : "(not built) ") +
         "1.x standalone, C++20 coroutines (`use_awaitable`), one `io_context` thread. Messages/s, median of " +
-        std::to_string(cfg.runs) + " runs of " + seconds_text(cfg) + " s (min-max).\n\n";
-  md += "| connections | server | msgs/s median | min-max | vs Asio |\n|---:|---|---:|---:|---:|\n";
+        std::to_string(cfg.runs) + " runs of " + seconds_text(cfg) + " s (min-max). `vs Asio`: the median of the runs' "
+        "own ratios (each run against the Asio run of the same round), min-max beside it.\n\n";
+  md += "| connections | server | msgs/s median | min-max | vs Asio | ratio min-max |\n|---:|---|---:|---:|---:|---:|\n";
   for (const unsigned conns : cfg.conns) {
     std::vector<Row> these(servers.size());
     for (unsigned r = 0; r < cfg.runs; ++r) {
@@ -266,13 +274,25 @@ std::vector<Row> run_echo(const Config& cfg, std::string& md) {
       row.engine = servers[s].name;
       row.unit = "msgs/s";
       char ratio[32] = "-";
+      char spread[32] = "-";
       if (asio && s + 1 != servers.size() && asio_rate > 0) {
-        std::snprintf(ratio, sizeof ratio, "%.2f", row.fig.median() / asio_rate);
-        row.extra = std::string("vs_asio=") + ratio;
+        // Paired: run r of this server over run r of Asio (same round).
+        Figure ratios;
+        for (std::size_t r = 0; r < row.fig.runs.size(); ++r) {
+          const double a = these.back().fig.runs[r];
+          ratios.runs.push_back(a > 0 ? row.fig.runs[r] / a : 0);
+        }
+        std::snprintf(ratio, sizeof ratio, "%.2f", ratios.median());
+        std::snprintf(spread, sizeof spread, "%.2f-%.2f", ratios.min(), ratios.max());
+        char extra[128];
+        std::snprintf(extra, sizeof extra, "vs_asio=%.3f vs_asio_min=%.3f vs_asio_max=%.3f medians_ratio=%.3f", ratios.median(),
+                      ratios.min(), ratios.max(), row.fig.median() / asio_rate);
+        row.extra = extra;
       }
       print_result(row);
       md += "| " + std::to_string(conns) + " | " + row.engine + " | " + human(row.fig.median()) + " | " +
-            human(row.fig.min()) + "-" + human(row.fig.max()) + " | " + ratio + (row.ok ? "" : " (FAILED)") + " |\n";
+            human(row.fig.min()) + "-" + human(row.fig.max()) + " | " + ratio + (row.ok ? "" : " (FAILED)") + " | " +
+            spread + " |\n";
       rows.push_back(row);
     }
   }
