@@ -21,6 +21,21 @@ namespace ordo::io {
 // ---------------------------------------------------------------------------
 // Options, errors, results
 
+namespace {
+
+/// Sets `flag` from the variable `name` when it is set: "0" or "1", nothing else.
+void on_off_from_env(const char* name, bool& flag) {
+  const char* c = std::getenv(name);
+  if (c == nullptr) return;
+  const std::string_view v(c);
+  if (v != "0" && v != "1") {
+    throw Error(Errc::invalid_argument, std::string(name) + " must be 0 or 1, not '" + std::string(v) + "'");
+  }
+  flag = v == "1";
+}
+
+}  // namespace
+
 IoOptions IoOptions::from_env() {
   IoOptions o;
   if (const char* b = std::getenv("ORDO_IO_BACKEND"); b != nullptr) {
@@ -44,20 +59,8 @@ IoOptions IoOptions::from_env() {
     }
     o.threads = static_cast<unsigned>(n);
   }
-  if (const char* r = std::getenv("ORDO_IO_IDLE_WORKERS_REAP"); r != nullptr) {
-    const std::string_view v(r);
-    if (v != "0" && v != "1") {
-      throw Error(Errc::invalid_argument, "ORDO_IO_IDLE_WORKERS_REAP must be 0 or 1, not '" + std::string(v) + "'");
-    }
-    o.idle_workers_reap = v == "1";
-  }
-  if (const char* c = std::getenv("ORDO_IO_COOPERATIVE_TASKRUN"); c != nullptr) {
-    const std::string_view v(c);
-    if (v != "0" && v != "1") {
-      throw Error(Errc::invalid_argument, "ORDO_IO_COOPERATIVE_TASKRUN must be 0 or 1, not '" + std::string(v) + "'");
-    }
-    o.cooperative_taskrun = v == "1";
-  }
+  on_off_from_env("ORDO_IO_IDLE_WORKERS_REAP", o.idle_workers_reap);
+  on_off_from_env("ORDO_IO_COOPERATIVE_TASKRUN", o.cooperative_taskrun);
   return o;
 }
 

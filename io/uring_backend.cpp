@@ -117,29 +117,24 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   std::string init(const IoOptions& options, Engine* engine) {
     const unsigned entries = options.entries == 0 ? 256 : options.entries;
     bool futex_wait_ok = false;
-    io_uring_params params{};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = entries * 4;
-    if (options.sqpoll) {
-      params.flags |= IORING_SETUP_SQPOLL;
-      params.sq_thread_idle = 50;
-    }
     // Cooperative task running: no interrupt of a running submitter per
     // completion (IoOptions::cooperative_taskrun). A kernel older than 5.19
     // refuses the flag with EINVAL: the ring is set up without it.
     const bool coop = options.cooperative_taskrun && !options.sqpoll;
-    if (coop) params.flags |= IORING_SETUP_COOP_TASKRUN;
-    int rc = io_uring_queue_init_params(entries, &ring_, &params);
-    if (rc == -EINVAL && coop) {
-      const unsigned flags = params.flags & ~IORING_SETUP_COOP_TASKRUN;
+    io_uring_params params{};
+    auto setup = [&](bool with_coop) {
       params = io_uring_params{};
-      params.flags = flags;
+      params.flags = IORING_SETUP_CQSIZE | (with_coop ? IORING_SETUP_COOP_TASKRUN : 0U);
       params.cq_entries = entries * 4;
-      if (options.sqpoll) params.sq_thread_idle = 50;
-      rc = io_uring_queue_init_params(entries, &ring_, &params);
-    } else if (rc >= 0) {
-      coop_ = coop;
-    }
+      if (options.sqpoll) {
+        params.flags |= IORING_SETUP_SQPOLL;
+        params.sq_thread_idle = 50;
+      }
+      return io_uring_queue_init_params(entries, &ring_, &params);
+    };
+    int rc = setup(coop);
+    coop_ = coop && rc >= 0;
+    if (rc == -EINVAL && coop) rc = setup(false);
     if (rc < 0) {
       std::string why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
       if (rc == -EPERM || rc == -ENOSYS) why += " (io_uring disabled by the kernel or a seccomp filter)";

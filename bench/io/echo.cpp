@@ -276,12 +276,7 @@ std::vector<Row> run_echo(const Config& cfg, std::string& md) {
       char ratio[32] = "-";
       char spread[32] = "-";
       if (asio && s + 1 != servers.size() && asio_rate > 0) {
-        // Paired: run r of this server over run r of Asio (same round).
-        Figure ratios;
-        for (std::size_t r = 0; r < row.fig.runs.size(); ++r) {
-          const double a = these.back().fig.runs[r];
-          ratios.runs.push_back(a > 0 ? row.fig.runs[r] / a : 0);
-        }
+        const Figure ratios = paired_ratios(row.fig, these.back().fig);
         std::snprintf(ratio, sizeof ratio, "%.2f", ratios.median());
         std::snprintf(spread, sizeof spread, "%.2f-%.2f", ratios.min(), ratios.max());
         char extra[128];

@@ -38,6 +38,10 @@ struct Figure {
   [[nodiscard]] double max() const;
 };
 
+/// Run r of `fig` over run r of `base` (the same round, seconds apart): the
+/// per-run ratios whose median and spread the tables report (0 where base is).
+Figure paired_ratios(const Figure& fig, const Figure& base);
+
 /// One line of a result table (and one RESULT line).
 struct Row {
   std::string workload;  ///< e.g. randread-buffered-qd32

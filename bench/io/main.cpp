@@ -37,6 +37,14 @@ double Figure::median() const {
 double Figure::min() const { return runs.empty() ? 0 : *std::min_element(runs.begin(), runs.end()); }
 double Figure::max() const { return runs.empty() ? 0 : *std::max_element(runs.begin(), runs.end()); }
 
+Figure paired_ratios(const Figure& fig, const Figure& base) {
+  Figure ratios;
+  for (std::size_t r = 0; r < fig.runs.size() && r < base.runs.size(); ++r) {
+    ratios.runs.push_back(base.runs[r] > 0 ? fig.runs[r] / base.runs[r] : 0);
+  }
+  return ratios;
+}
+
 const char* backend_name(ordo::io::Backend b) {
   switch (b) {
     case ordo::io::Backend::uring: return "uring";

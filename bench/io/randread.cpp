@@ -316,12 +316,7 @@ std::vector<Row> run_randread(const Config& cfg, std::string& md) {
         char ratio[32] = "-";
         char spread[32] = "-";
         if (fio && e != 0 && fio_iops > 0) {
-          // Paired: run r of this engine over run r of fio (same round).
-          Figure ratios;
-          for (std::size_t r = 0; r < row.fig.runs.size(); ++r) {
-            const double f = these[0].fig.runs[r];
-            ratios.runs.push_back(f > 0 ? row.fig.runs[r] / f : 0);
-          }
+          const Figure ratios = paired_ratios(row.fig, these[0].fig);
           const double paired = ratios.median();
           std::snprintf(ratio, sizeof ratio, "%.2f", paired);
           std::snprintf(spread, sizeof spread, "%.2f-%.2f", ratios.min(), ratios.max());

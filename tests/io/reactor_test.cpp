@@ -724,19 +724,22 @@ TEST(IoOptionsEnv, ParsesBackendAndRejectsNonsense) {
   EXPECT_EQ(IoOptions::from_env().backend, Backend::automatic);
 }
 
-TEST(IoOptionsEnv, ParsesIdleWorkersReap) {
-  EXPECT_TRUE(IoOptions::from_env().idle_workers_reap);
-  ::setenv("ORDO_IO_IDLE_WORKERS_REAP", "0", 1);
-  EXPECT_FALSE(IoOptions::from_env().idle_workers_reap);
-  ::setenv("ORDO_IO_IDLE_WORKERS_REAP", "yes", 1);
-  EXPECT_THROW((void)IoOptions::from_env(), Error);
-  ::unsetenv("ORDO_IO_IDLE_WORKERS_REAP");
-  EXPECT_FALSE(IoOptions::from_env().cooperative_taskrun);
-  ::setenv("ORDO_IO_COOPERATIVE_TASKRUN", "1", 1);
-  EXPECT_TRUE(IoOptions::from_env().cooperative_taskrun);
-  ::setenv("ORDO_IO_COOPERATIVE_TASKRUN", "on", 1);
-  EXPECT_THROW((void)IoOptions::from_env(), Error);
-  ::unsetenv("ORDO_IO_COOPERATIVE_TASKRUN");
+TEST(IoOptionsEnv, ParsesItsOnOffVariables) {
+  struct OnOff {
+    const char* name;
+    bool IoOptions::*flag;
+    bool by_default;
+  };
+  for (const OnOff& v : {OnOff{"ORDO_IO_IDLE_WORKERS_REAP", &IoOptions::idle_workers_reap, true},
+                         OnOff{"ORDO_IO_COOPERATIVE_TASKRUN", &IoOptions::cooperative_taskrun, false}}) {
+    SCOPED_TRACE(v.name);
+    EXPECT_EQ(IoOptions::from_env().*v.flag, v.by_default);
+    ::setenv(v.name, v.by_default ? "0" : "1", 1);
+    EXPECT_EQ(IoOptions::from_env().*v.flag, !v.by_default);
+    ::setenv(v.name, "yes", 1);
+    EXPECT_THROW((void)IoOptions::from_env(), Error);
+    ::unsetenv(v.name);
+  }
 }
 
 // Idle workers in the ring (IoOptions::idle_workers_reap, io_uring with
