@@ -292,10 +292,20 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     for (;;) {
       if (word.load(std::memory_order_seq_cst) != value || cq_nonempty()) return;
       // A CQE posted after the look ends the wait at once (the kernel
-      // compares the tail with the head as last advanced). Completions of
-      // requests this thread submitted run their task_work here too.
+      // compares the tail with the head as last advanced), unless another
+      // thread consumed it before this one entered the kernel: a submitter
+      // reaping inline, or the reaper, may take the FUTEX_WAIT's CQE too, and
+      // then nothing would end this wait (found as a rare hang at shutdown,
+      // with detach waiting for this worker). So the wait is bounded: after
+      // kHolderBoundNs the look is repeated. Completions of requests this
+      // thread submitted run their task_work here too.
       stats_.worker_waits.fetch_add(1, std::memory_order_relaxed);
-      const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
+      __kernel_timespec bound = to_timespec(kHolderBoundNs);
+      io_uring_getevents_arg arg{};
+      arg.ts = reinterpret_cast<std::uint64_t>(&bound);
+      const int rc = io_uring_enter2(static_cast<unsigned>(ring_.ring_fd), 0, 1,
+                                     IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG,
+                                     reinterpret_cast<sigset_t*>(&arg), sizeof(arg));
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
         std::fprintf(stderr, "ordo::io: io_uring_enter (worker wait) failed: %s\n", std::strerror(-rc));
         return;
@@ -847,6 +857,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   static constexpr int kParkedDeep = 1;  ///< until wake_reaper()
   static constexpr int kParkedTick = 2;  ///< for kTickNs at most (attached to an engine)
   static constexpr long kTickNs = 1'000'000;
+  /// The longest a worker waits in the ring before it looks again (see wait()).
+  static constexpr std::int64_t kHolderBoundNs = 10'000'000;
   static constexpr int kDeepTicks = 64;
   std::atomic<int> parked_{kAwake};
   // Reaper only (park()): the watchdog's state.

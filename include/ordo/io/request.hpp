@@ -116,9 +116,10 @@ struct ReactorStats {
   std::uint64_t by_reaper = 0;      ///< the reaper thread
   std::uint64_t by_workers = 0;     ///< an idle engine worker waiting in the ring (IoOptions::idle_workers_reap)
   std::uint64_t by_submitters = 0;  ///< the submitting thread, right after its io_uring_enter
-  /// Times an idle worker waited in the ring (each ends in a wake-up: a
-  /// completion, or the engine's call for work). Idle workers wait there
-  /// only while requests are in flight.
+  /// Times an idle worker entered the kernel to wait in the ring (each ends
+  /// in a wake-up: a completion, the engine's call for work, or after 10 ms
+  /// without either, when it looks again). Idle workers wait there only
+  /// while requests are in flight.
   std::uint64_t worker_waits = 0;
 };
 
