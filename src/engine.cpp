@@ -151,18 +151,48 @@ Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSp
     core_->free_operator(rec);
     throw;
   }
+  // The direct path's copy (OperatorRecord::direct_n). A stale handle may
+  // read it while it is written: the count last, slots never null once set.
+  const std::size_t n = rec->access.size();
+  const bool direct = n != 0 && n <= detail::DirectRun::kMaxAccess && attrs.prop == FnProperty::normal &&
+                      !rec->fn.is_async();
+  std::uint32_t write_bits = 0;
+  for (std::size_t i = 0; direct && i < n; ++i) {
+    rec->direct_var[i].store(rec->access[i].var, std::memory_order_relaxed);
+    rec->direct_gen[i].store(rec->access[i].gen, std::memory_order_relaxed);
+    if (rec->access[i].write) write_bits |= 1U << i;
+  }
+  rec->direct_writes.store(write_bits, std::memory_order_relaxed);
+  rec->direct_n.store(direct ? static_cast<std::uint32_t>(n) : 0U, std::memory_order_relaxed);
+  rec->direct_runs = 0;
+  rec->release_deferred = false;
   rec->refs.store(1, std::memory_order_release);
   return Operator{rec, rec->gen.load(std::memory_order_acquire)};
 }
 
-void Engine::push(Operator handle, Context ctx) {
-  push(handle, ctx, handle.rec_ != nullptr ? handle.rec_->attrs.priority : 0);
-}
+void Engine::push(Operator handle, Context ctx) { push_operator(handle, ctx, nullptr); }
 
-void Engine::push(Operator handle, Context ctx, int priority) {
+void Engine::push(Operator handle, Context ctx, int priority) { push_operator(handle, ctx, &priority); }
+
+void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   detail::OperatorRecord* rec = handle.rec_;
   if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
   if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
+  {
+    // Work first's direct path (detail::DirectRun), with no reference taken:
+    // begin_direct grants it only if the handle is still live.
+    detail::DirectRun run;
+    if (begin_direct(run, ctx, rec, handle.gen_) == detail::Direct::granted) {
+      try {
+        rec->fn.invoke_sync(RunContext{ctx, nullptr, -1});
+      } catch (...) {
+        fail_direct(run, std::current_exception());
+        return;
+      }
+      end_direct(run);
+      return;
+    }
+  }
   // Take a reference only while the record is live (never resurrect a freed one).
   std::int64_t refs = rec->refs.load(std::memory_order_relaxed);
   do {
@@ -172,25 +202,11 @@ void Engine::push(Operator handle, Context ctx, int priority) {
     core_->release_operator(rec);
     throw Error(Errc::deleted_operator, "push of a deleted operator");
   }
-  if (core_->direct_allowed(ctx, rec->attrs, rec->access.size()) && !rec->fn.is_async()) {
-    // Work first's direct path (detail::DirectRun), with the operator's lists.
-    detail::DirectRun run;
-    if (begin_direct(run, ctx, rec->access.data(), rec->access.size(), rec->attrs) == detail::Direct::granted) {
-      try {
-        rec->fn.invoke_sync(RunContext{ctx, nullptr, -1});
-        end_direct(run);
-      } catch (...) {
-        fail_direct(run, std::current_exception());
-      }
-      core_->release_operator(rec);
-      return;
-    }
-  }
   detail::OpRecord* op = detail::op_alloc();
   op->kind = detail::OpKind::oper;
   op->oper = rec;
   OpAttrs attrs = rec->attrs;
-  attrs.priority = priority;
+  if (priority != nullptr) attrs.priority = *priority;
   try {
     core_->submit(op, ctx, rec->access.data(), rec->access.size(), attrs);
   } catch (...) {
@@ -211,7 +227,7 @@ void Engine::delete_operator(Operator handle) {
   if (!rec->gen.compare_exchange_strong(gen, gen + 1, std::memory_order_acq_rel)) {
     throw Error(Errc::deleted_operator, "delete_operator: the operator was already deleted");
   }
-  core_->release_operator(rec);
+  core_->retire_operator(rec);
 }
 
 void Engine::wait_for_var(Var var) { core_->wait_for_var(var); }

@@ -428,13 +428,12 @@ bool EngineCore::completes_in_push(const OpRecord* op) const noexcept {
 // ---------------------------------------------------------------------------
 // The direct path (detail::DirectRun): work first without an op record
 
-bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
+bool EngineCore::direct_allowed_here(Context ctx, std::size_t n) const noexcept {
   // The cases in which submit() would run a sync op ready at push on this
   // thread (completes_in_push), narrowed to the common ones: a normal CPU op
-  // of few variables, no profiler, no fence gate, under the in-flight bound.
-  if (attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 || n > DirectRun::kMaxAccess) {
-    return false;
-  }
+  // (the caller's check) of few variables, no profiler, no fence gate, under
+  // the in-flight bound.
+  if (ctx.is_gpu() || ctx.device_id < 0 || n > DirectRun::kMaxAccess) return false;
   const ThreadState& ts = t_state;
   if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
   if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
@@ -445,21 +444,19 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
   return held_back_count() < (is_short ? std::min(bound, kShortWindow) : bound);
 }
 
-template <bool Sorted>
 inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
-                                       const OpAttrs& attrs) noexcept {
+                                       const OpAttrs& attrs, OperatorRecord* oper,
+                                       std::uint64_t oper_gen) noexcept {
   // Grant every access now or none: all variables locked (the push's atomic
   // step), each one free for this access and carrying no live error (a
-  // skip), and no handle stale (the usual push throws for it). A sorted list
-  // is locked in address order, the global lock order; an unsorted one (as
-  // the caller gave it: sorting costs more than the rest of the push) only
-  // with try_lock, so it never waits while holding a lock. A variable listed
+  // skip), and no handle stale (the usual push throws for it). The list is
+  // as the caller gave it (sorting costs more than the rest of the push; an
+  // operator's copy may be stale), so it is locked only with try_lock: never
+  // waiting while holding a lock, whatever the order. A variable listed
   // twice fails its second try_lock: the usual push merges the two.
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    if constexpr (Sorted) {
-      v->lock.lock();
-    } else if (!v->lock.try_lock()) {
+    if (!v->lock.try_lock()) {
       for (std::size_t j = 0; j < i; ++j) specs[j].var->lock.unlock();
       return Direct::normalized;
     }
@@ -468,6 +465,17 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
       return Direct::normalized;
     }
+  }
+  if (oper != nullptr) {
+    // Still the operator the handle names (delete_operator bumps `gen`
+    // before it takes specs[0]'s lock): then the copy was its list and
+    // specs[0] its access[0]. Counted while that lock is held.
+    if (oper->gen.load(std::memory_order_relaxed) != oper_gen) {
+      for (std::size_t j = 0; j < n; ++j) specs[j].var->lock.unlock();
+      return Direct::normalized;
+    }
+    ++oper->direct_runs;
+    run.oper = oper;
   }
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
@@ -503,6 +511,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   // The loop mirrors release_accesses<false>: a shared helper taking the
   // access's kind cost the direct path 15 instructions per op (callgrind, W2).
   ReadyList ready;
+  bool release_oper = false;
   for (std::uint32_t i = 0; i < run.n; ++i) {
     VarRecord* v = run.specs[i].var;
     v->lock.lock();
@@ -516,10 +525,18 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
     } else {
       --v->running_reads;
     }
+    if (i == 0 && run.oper != nullptr) [[unlikely]] {
+      // Guarded by this lock (specs[0] is the operator's access[0]).
+      if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
+        run.oper->release_deferred = false;
+        release_oper = true;
+      }
+    }
     grant_waiting<false>(v, ready, nullptr);
     v->lock.unlock();
   }
   release(own);
+  if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
   if (ready.head != nullptr || ts.inline_head != nullptr) [[unlikely]] {
     const Call call(this);
     for (OpRecord* r = ready.head; r != nullptr;) {
@@ -630,6 +647,21 @@ void EngineCore::free_operator(OperatorRecord* rec) noexcept {
 
 void EngineCore::release_operator(OperatorRecord* rec) noexcept {
   if (rec->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) free_operator(rec);
+}
+
+void EngineCore::retire_operator(OperatorRecord* rec) noexcept {
+  if (rec->direct_n.load(std::memory_order_relaxed) != 0) {
+    // After the bump of `gen`: a direct run that checks it under this lock
+    // from now on fails; one counted before holds the record (its body may
+    // still be running), and the last of them drops the handle's reference.
+    VarRecord* first = rec->access[0].var;
+    std::lock_guard lock(first->lock);
+    if (rec->direct_runs != 0) {
+      rec->release_deferred = true;
+      return;
+    }
+  }
+  release_operator(rec);
 }
 
 // ---------------------------------------------------------------------------
@@ -1215,16 +1247,31 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan
   detail::EngineCore* core = core_.get();
   if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
   std::size_t n = detail::EngineCore::gather(reads, writes, run.local, core);
-  const detail::Direct d = core->begin_direct</*Sorted=*/false>(run, ctx, run.local, n, attrs);
+  const detail::Direct d = core->begin_direct(run, ctx, run.local, n, attrs);
   if (d == detail::Direct::normalized && n > 1) n = detail::EngineCore::sort_merge(run.local, n);
   run.specs = run.local;
   run.n = static_cast<std::uint32_t>(n);
   return d;
 }
 
-detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, const detail::AccessSpec* specs,
-                                    std::size_t n, const OpAttrs& attrs) {
-  return core_->begin_direct</*Sorted=*/true>(run, ctx, specs, n, attrs);
+detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail::OperatorRecord* rec,
+                                    std::uint64_t gen) {
+  // No reference taken (two atomic read-modify-writes, as many as the rest of
+  // the direct path): the copy is read unchecked, and begin_direct checks
+  // `gen` once the variables are locked (OperatorRecord::direct_n).
+  detail::EngineCore* core = core_.get();
+  const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);
+  if (n == 0 || n > detail::DirectRun::kMaxAccess || !core->direct_allowed_here(ctx, n)) {
+    return detail::Direct::declined;
+  }
+  const std::uint32_t writes = rec->direct_writes.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    detail::VarRecord* v = rec->direct_var[i].load(std::memory_order_relaxed);
+    if (v == nullptr) return detail::Direct::declined;  // a stale copy, being written
+    run.local[i] = detail::AccessSpec{v, rec->direct_gen[i].load(std::memory_order_relaxed),
+                                      ((writes >> i) & 1U) != 0};
+  }
+  return core->begin_direct(run, ctx, run.local, n, rec->attrs, rec, gen);
 }
 
 void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }

@@ -82,14 +82,21 @@ class EngineCore {
   // normalising: the cheap checks), then the grant of all its accesses
   // (Direct::granted: the caller runs the body, then end_direct with the
   // body's error, if any; an owned reference).
-  [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
-  /// `Sorted`: specs in address order, duplicates merged (a pre-built
-  /// operator's); else as gathered (Direct::normalized then tells the caller
-  /// to sort_merge them before the usual push).
+  [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
+    return attrs.prop == FnProperty::normal && direct_allowed_here(ctx, n);
+  }
+  /// The checks of direct_allowed that do not look at the op.
+  [[nodiscard]] bool direct_allowed_here(Context ctx, std::size_t n) const noexcept;
+  /// Specs as gathered (Direct::normalized then tells the caller to
+  /// sort_merge them before the usual push). `oper`: a pre-built operator's
+  /// run (specs: a copy of its OperatorRecord::direct_* list, read without a
+  /// reference), granted only if `oper->gen` is still `oper_gen` once the
+  /// variables are locked; `attrs` is read only then.
   /// Both inlined into Engine's side of the direct path (engine_core.cpp).
-  template <bool Sorted>
   [[gnu::always_inline]] inline Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs,
-                                                    std::size_t n, const OpAttrs& attrs) noexcept;
+                                                    std::size_t n, const OpAttrs& attrs,
+                                                    OperatorRecord* oper = nullptr,
+                                                    std::uint64_t oper_gen = 0) noexcept;
   [[gnu::always_inline]] inline void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
 
   /// Work first for coroutine leases, without the op's body: a lease pushed
@@ -109,6 +116,9 @@ class EngineCore {
   OperatorRecord* alloc_operator();
   void free_operator(OperatorRecord* rec) noexcept;
   void release_operator(OperatorRecord* rec) noexcept;
+  /// delete_operator's part once `gen` is bumped: drops the handle's
+  /// reference, or leaves it to the last direct run still in its body.
+  void retire_operator(OperatorRecord* rec) noexcept;
 
   // Running and completing.
   void dispatch(OpRecord* op, bool from_push);

@@ -90,6 +90,25 @@ struct OperatorRecord {
   std::atomic<std::int64_t> refs{0};
   OpFn fn;
   std::vector<AccessSpec> access;
+
+  // The direct path (DirectRun) without a reference: a push reads this copy
+  // of `access` having checked nothing, locks the variables it names, and
+  // only then checks `gen` (under the first variable's lock, which
+  // delete_operator takes after bumping it): a stale handle may read a
+  // recycled record's copy (relaxed atomics: values, not a data race) and
+  // lock some other variables of the engine for a moment, never run a body.
+  // direct_n = 0: not for the direct path (no variables, more than
+  // DirectRun::kMaxAccess, not a normal sync op). Written by init_operator.
+  std::atomic<std::uint32_t> direct_n{0};
+  std::atomic<std::uint32_t> direct_writes{0};  ///< bit i: access i is a write
+  std::atomic<VarRecord*> direct_var[DirectRun::kMaxAccess]{};
+  std::atomic<std::uint32_t> direct_gen[DirectRun::kMaxAccess]{};
+  /// Direct runs whose body has not returned, and whether delete_operator
+  /// left the handle's reference for the last of them to drop. Both guarded
+  /// by the lock of access[0].var (the lowest address: the one every direct
+  /// run holds while it checks `gen` and while it ends).
+  std::int32_t direct_runs = 0;
+  bool release_deferred = false;
   OpAttrs attrs;
   std::string name;
   class EngineCore* engine = nullptr;

@@ -294,8 +294,11 @@ class Engine {
   /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).
   detail::Direct begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
                               const OpAttrs& attrs);
-  detail::Direct begin_direct(detail::DirectRun& run, Context ctx, const detail::AccessSpec* specs,
-                              std::size_t n, const OpAttrs& attrs);  // a pre-built operator's lists
+  /// Both push(Operator) overloads; `priority` null: the operator's own
+  /// (read once the handle is known to be live).
+  void push_operator(Operator handle, Context ctx, const int* priority);
+  detail::Direct begin_direct(detail::DirectRun& run, Context ctx, detail::OperatorRecord* rec,
+                              std::uint64_t gen);  // a pre-built operator's, with no reference taken
   void end_direct(detail::DirectRun& run) noexcept;
   void fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept;
   void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);

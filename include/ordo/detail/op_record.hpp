@@ -80,8 +80,11 @@ enum class Direct : std::uint8_t {
 /// completion would release them. Lives on the pusher's stack.
 struct DirectRun {
   static constexpr std::size_t kMaxAccess = 8;
-  const AccessSpec* specs = nullptr;  ///< `local`, or a pre-built operator's list
+  const AccessSpec* specs = nullptr;  ///< `local` (for a pre-built operator too: its copy)
   std::uint32_t n = 0;
+  /// A pre-built operator's run: counted in its OperatorRecord::direct_runs
+  /// (no reference taken), which end_direct decrements.
+  OperatorRecord* oper = nullptr;
   bool timed = false;    ///< the body's duration feeds work first's average
   std::int64_t t0 = 0;   ///< when timed: the start, in ns
   Context ctx{};
