@@ -15,6 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Config {
   unsigned runs = 5;                          ///< runs per figure (median, min-max)
+  unsigned direct_runs = 0;                   ///< runs per O_DIRECT random-read figure (0: 2 x runs)
   double seconds = 1.0;                       ///< length of one timed run
   std::string dir;                            ///< where the random-read file lives
   std::size_t file_bytes = std::size_t{1} << 30;

@@ -1,7 +1,7 @@
 // bench/io/main.cpp - ordo_io_bench: ordo::io against fio and Asio.
 //
-//   ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--seconds S]
-//                 [--dir D] [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]
+//   ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--direct-runs R]
+//                 [--seconds S] [--dir D] [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]
 //                 [--conns 1,64,1024]
 //                 [--backends uring,threads] [--quick] [--verbose] [--write-docs [PATH]]
 //
@@ -167,6 +167,7 @@ int main(int argc, char** argv) try {
     }
     if (a == "--workload") workloads = words(val());
     else if (a == "--runs") cfg.runs = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--direct-runs") cfg.direct_runs = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--seconds") cfg.seconds = std::stod(val());
     else if (a == "--dir") cfg.dir = val();
     else if (a == "--file-mib") cfg.file_bytes = std::stoull(val()) << 20;
@@ -182,14 +183,17 @@ int main(int argc, char** argv) try {
     else if (a == "--write-docs") docs = (i + 1 < argc && argv[i + 1][0] != '-') ? val() : std::string(ORDO_SOURCE_DIR) + "/docs/io-bench.md";
     else {
       std::fprintf(stderr,
-                   "usage: ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--seconds S] [--dir D]\n"
-                   "                     [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]\n"
+                   "usage: ordo_io_bench [--workload randread,blocked,echo] [--runs R] [--direct-runs R] [--seconds S]\n"
+                   "                     [--dir D] [--file-mib M] [--depths 1,32,128] [--modes buffered,direct]\n"
                    "                     [--conns 1,64,1024]\n"
                    "                     [--backends uring,threads] [--quick] [--verbose] [--write-docs [PATH]]\n");
       return 2;
     }
   }
   if (cfg.runs == 0) throw std::invalid_argument("--runs must be at least 1");
+  // O_DIRECT cells: this disk's speed swings +-25% from one second to the
+  // next, so a 10% difference needs more runs than the other figures.
+  if (cfg.direct_runs == 0) cfg.direct_runs = cfg.quick ? cfg.runs : 2 * cfg.runs;
   for (const std::string& b : backends) {
     if (b == "uring") {
       // Probe: a build or kernel without io_uring measures the thread backend only.
