@@ -164,8 +164,8 @@ Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSp
   }
   rec->direct_writes.store(write_bits, std::memory_order_relaxed);
   rec->direct_n.store(direct ? static_cast<std::uint32_t>(n) : 0U, std::memory_order_relaxed);
-  rec->direct_runs = 0;
-  rec->release_deferred = false;
+  // direct_runs and release_deferred need no reset: a record is freed only
+  // once its last direct run has ended and taken the deferred release.
   rec->refs.store(1, std::memory_order_release);
   return Operator{rec, rec->gen.load(std::memory_order_acquire)};
 }

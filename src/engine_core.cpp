@@ -1260,10 +1260,8 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail:
   // the direct path): the copy is read unchecked, and begin_direct checks
   // `gen` once the variables are locked (OperatorRecord::direct_n).
   detail::EngineCore* core = core_.get();
-  const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);
-  if (n == 0 || n > detail::DirectRun::kMaxAccess || !core->direct_allowed_here(ctx, n)) {
-    return detail::Direct::declined;
-  }
+  const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);  // at most kMaxAccess, as written
+  if (n == 0 || !core->direct_allowed_here(ctx, n)) return detail::Direct::declined;
   const std::uint32_t writes = rec->direct_writes.load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < n; ++i) {
     detail::VarRecord* v = rec->direct_var[i].load(std::memory_order_relaxed);
