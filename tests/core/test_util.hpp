@@ -187,10 +187,12 @@ class ThreadExecutor {
     thread_.join();
   }
   void post(std::function<void()> task) {
-    {
-      std::lock_guard lock(m_);
-      queue_.push_back(std::move(task));
-    }
+    // Notified under the lock: the task may finish the test (a coroutine's
+    // last resumption) and the executor be destroyed at once; its destructor
+    // takes the lock first, so it cannot destroy cv_ during this notify
+    // (TSan caught that in CoroCancel.ResumeOnAnExecutor).
+    std::lock_guard lock(m_);
+    queue_.push_back(std::move(task));
     cv_.notify_one();
   }
   [[nodiscard]] std::thread::id id() const noexcept { return thread_.get_id(); }
