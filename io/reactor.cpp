@@ -61,6 +61,7 @@ IoOptions IoOptions::from_env() {
   }
   on_off_from_env("ORDO_IO_IDLE_WORKERS_REAP", o.idle_workers_reap);
   on_off_from_env("ORDO_IO_COOPERATIVE_TASKRUN", o.cooperative_taskrun);
+  on_off_from_env("ORDO_IO_CACHED_READS_INLINE", o.cached_reads_inline);
   return o;
 }
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -172,6 +173,13 @@ std::unique_ptr<BackendImpl> make_backend(const std::string& name, const IoOptio
     coop.cooperative_taskrun = true;
     return detail::make_uring_backend(coop, nullptr, why);
   }
+  if (name == "uring_ring_reads") {
+    // The same tests with every read through the ring (by default a read
+    // the page cache holds is made on the submitting thread: read_now).
+    IoOptions ring = options;
+    ring.cached_reads_inline = false;
+    return detail::make_uring_backend(ring, nullptr, why);
+  }
 #endif
   why = "backend " + name + " not built";
   return nullptr;
@@ -190,6 +198,7 @@ std::vector<std::string> backend_names() {
 #ifdef ORDO_IO_HAVE_URING
   names.emplace_back("uring");
   names.emplace_back("uring_coop");
+  names.emplace_back("uring_ring_reads");
 #endif
   return names;
 }
@@ -940,6 +949,145 @@ TEST(UringBackend, SendWithRoomCompletesOnTheSubmittingThreadWithoutTheRing) {
   EXPECT_TRUE(broken.on_completion_thread);
   backend->shutdown();
   EXPECT_EQ(backend->in_flight(), 0U);
+}
+#endif
+
+#ifdef ORDO_IO_HAVE_URING
+/// Whether every page of the file's first `bytes` is in the page cache (mincore).
+bool resident(int fd, std::size_t bytes) {
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return true;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  const bool ok = ::mincore(map, bytes, in.data()) == 0;
+  ::munmap(map, bytes);
+  if (!ok) return true;
+  for (unsigned char c : in) {
+    if ((c & 1) == 0) return false;
+  }
+  return true;
+}
+
+// io_uring, IoOptions::cached_reads_inline (the default): a read at an
+// offset that the page cache serves whole, or up to the end of the file, is
+// made on the submitting thread and delivered there before submit()
+// returns; reads at the current position, reads of O_DIRECT files, reads
+// the cache does not hold, and every read with the option off go through the
+// ring. Every one returns the file's bytes.
+TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRing) {
+  char tmpl[] = "/var/tmp/ordo_io_test.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr) << std::strerror(errno);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/cached";
+  constexpr std::size_t kSize = 1 << 20;
+  std::string content(kSize, '\0');
+  std::mt19937_64 rng(7);
+  for (char& c : content) c = static_cast<char>(rng());
+  {
+    Fd w(::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600));
+    ASSERT_GE(w.get(), 0);
+    ASSERT_EQ(::write(w.get(), content.data(), kSize), static_cast<ssize_t>(kSize));
+    ASSERT_EQ(::fsync(w.get()), 0);
+  }
+  std::string why;
+  for (const bool inline_reads : {true, false}) {
+    SCOPED_TRACE(inline_reads ? "cached_reads_inline" : "reads through the ring");
+    IoOptions options;
+    options.cached_reads_inline = inline_reads;
+    auto backend = detail::make_uring_backend(options, nullptr, why);
+    if (!backend) GTEST_SKIP() << "io_uring unavailable: " << why;
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_GE(fd.get(), 0);
+    std::vector<char> buf(8192);
+    // The whole file in the page cache, and kept there (this machine's page
+    // cache shrinks under memory pressure): locked in memory through a
+    // mapping, or failing that (RLIMIT_MEMLOCK) just read once.
+    void* pinned = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd.get(), 0);
+    ASSERT_NE(pinned, MAP_FAILED) << std::strerror(errno);
+    if (::mlock(pinned, kSize) != 0) {
+      std::cout << "[ info     ] mlock: " << std::strerror(errno) << "; the file is only read once to cache it\n";
+      for (std::size_t off = 0; off < kSize; off += buf.size()) {
+        ASSERT_EQ(::pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(off)), static_cast<ssize_t>(buf.size()));
+      }
+    }
+    const auto expect_read = [&](TestOp& op, std::int64_t want, std::uint64_t at, bool direct) {
+      backend->submit(&op);
+      ASSERT_TRUE(op.wait()) << "not delivered";
+      EXPECT_EQ(op.delivered(), 1);
+      EXPECT_EQ(op.res, want);
+      EXPECT_TRUE(op.on_completion_thread);
+      EXPECT_EQ((op.backend_flags & detail::kUringDirect) != 0, direct)
+          << (direct ? "went through the ring" : "was made on the submitting thread");
+      if (want > 0) {
+        EXPECT_EQ(std::memcmp(buf.data(), content.data() + at, static_cast<std::size_t>(want)), 0);
+      }
+    };
+    const std::uint64_t before = backend->stats().direct;
+    for (std::uint64_t at : {std::uint64_t{0}, std::uint64_t{4096 * 7 + 3}, std::uint64_t{kSize - 8192}}) {
+      std::fill(buf.begin(), buf.end(), '\0');
+      TestOp r(OpCode::read, fd.get(), buf.data(), 4096, at);
+      expect_read(r, 4096, at, inline_reads);
+      if (inline_reads) {
+        EXPECT_EQ(r.thread, std::this_thread::get_id());
+      }
+    }
+    // Up to the end of the file: short, and still whole.
+    {
+      std::fill(buf.begin(), buf.end(), '\0');
+      TestOp r(OpCode::read, fd.get(), buf.data(), 8192, kSize - 100);
+      expect_read(r, 100, kSize - 100, inline_reads);
+      TestOp at_eof(OpCode::read, fd.get(), buf.data(), 8192, kSize);
+      expect_read(at_eof, 0, kSize, inline_reads);
+    }
+    // Vectored.
+    {
+      std::fill(buf.begin(), buf.end(), '\0');
+      iovec iov[2] = {{buf.data(), 1000}, {buf.data() + 1000, 3000}};
+      TestOp r(OpCode::readv, fd.get(), iov, 2, 12345);
+      expect_read(r, 4000, 12345, inline_reads);
+    }
+    EXPECT_EQ(backend->stats().direct - before, inline_reads ? 6U : 0U);
+    // At the current position: through the ring (its offset is the file's).
+    {
+      ASSERT_EQ(::lseek(fd.get(), 4096, SEEK_SET), 4096);
+      TestOp r(OpCode::read, fd.get(), buf.data(), 4096, detail::kNoOffset);
+      expect_read(r, 4096, 4096, false);
+    }
+    // A file opened for writing only: EBADF, from the ring.
+    {
+      Fd wo(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      ASSERT_GE(wo.get(), 0);
+      TestOp r(OpCode::read, wo.get(), buf.data(), 4096, 0);
+      expect_read(r, -EBADF, 0, false);
+    }
+    // O_DIRECT: through the ring, even with every page cached (preadv2
+    // would wait for the device).
+    if (Fd direct(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC)); direct.get() >= 0) {
+      void* aligned = nullptr;
+      ASSERT_EQ(::posix_memalign(&aligned, 4096, 4096), 0);
+      TestOp r(OpCode::read, direct.get(), aligned, 4096, 8192);
+      backend->submit(&r);
+      ASSERT_TRUE(r.wait());
+      EXPECT_EQ(r.res, 4096);
+      EXPECT_EQ(r.backend_flags & detail::kUringDirect, 0U) << "an O_DIRECT read was made on the submitting thread";
+      EXPECT_EQ(std::memcmp(aligned, content.data() + 8192, 4096), 0);
+      std::free(aligned);
+    }
+    // Not in the page cache: through the ring.
+    ::munmap(pinned, kSize);  // unlocks too
+    ASSERT_EQ(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED), 0);
+    if (resident(fd.get(), 4096 * 4)) {
+      ADD_FAILURE() << "POSIX_FADV_DONTNEED left the file's first pages cached: cannot test an uncached read";
+    } else {
+      std::fill(buf.begin(), buf.end(), '\0');
+      TestOp r(OpCode::read, fd.get(), buf.data(), 4096, 4096 * 2);
+      expect_read(r, 4096, 4096 * 2, false);
+    }
+    backend->shutdown();
+    EXPECT_EQ(backend->in_flight(), 0U);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 #endif
 

@@ -11,7 +11,8 @@ namespace ordo::io {
 
 /// Reactor settings. Plain data; `IoOptions::from_env()` is the only place the
 /// environment is read (ORDO_IO_BACKEND=auto|uring|threads, ORDO_IO_THREADS,
-/// ORDO_IO_IDLE_WORKERS_REAP=0|1).
+/// ORDO_IO_IDLE_WORKERS_REAP, ORDO_IO_COOPERATIVE_TASKRUN and
+/// ORDO_IO_CACHED_READS_INLINE, each 0|1).
 struct IoOptions {
   Backend backend = Backend::automatic;
   /// io_uring submission queue entries (the completion queue gets 4x).
@@ -41,6 +42,18 @@ struct IoOptions {
   /// pipelines whose ops are short. Ignored by the threads backend; on an
   /// older kernel the ring is set up without it (backend_reason() says so).
   bool cooperative_taskrun = false;
+  /// io_uring: a read or readv at an offset, of a file not opened with
+  /// O_DIRECT, is first tried on the submitting thread with
+  /// preadv2(RWF_NOWAIT), which copies what the page cache holds and never
+  /// waits for a device; only a read the cache cannot serve whole goes
+  /// through the ring. The ring's submissions are serialized (one thread
+  /// enters the kernel with the batch), so cached reads otherwise use one
+  /// core however many workers issue them: 4 KiB cached reads through 32
+  /// coroutines on 2 workers went from ~0.5M to ~1.1M/s on this project's
+  /// 2-core machine (docs/io-bench.md). The cost for a read the cache
+  /// cannot serve: an fcntl(F_GETFL) and a failed preadv2 (about 1 us);
+  /// O_DIRECT reads pay the fcntl only. Off: every read goes through the ring.
+  bool cached_reads_inline = true;
   /// Where callbacks run and awaiting coroutines continue (an engine context).
   Context resume_ctx = Context::cpu();
   /// Receives one line when the backend is chosen (which one, and why when

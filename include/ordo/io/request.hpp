@@ -121,6 +121,10 @@ struct ReactorStats {
   /// without either, when it looks again). Idle workers wait there only
   /// while requests are in flight.
   std::uint64_t worker_waits = 0;
+  /// Requests done on the submitting thread with a plain non-blocking
+  /// syscall, without the ring: sends the socket had room for, and reads
+  /// the page cache served whole (IoOptions::cached_reads_inline).
+  std::uint64_t direct = 0;
 };
 
 namespace detail {
