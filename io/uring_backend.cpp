@@ -68,14 +68,11 @@
 #include <linux/futex.h>
 #include <liburing.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -197,7 +194,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   void submit(Request* r) noexcept override {
     const Caller caller(callers_);
     requests_.fetch_add(1, std::memory_order_seq_cst);
-    r->backend_flags &= ~kUringDirect;
+    r->backend_flags &= ~kDirect;
     const bool batching = t_batch_ == this;
     if (!batching && read_inline_ && (r->code == OpCode::read || r->code == OpCode::readv) && read_now(r)) return;
     if (!batching && r->code == OpCode::send && send_now(r)) {
@@ -402,50 +399,23 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     r->res = n < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(n);
-    r->backend_flags |= kUringDirect;
+    r->backend_flags |= kDirect;
     stats_.direct.fetch_add(1, std::memory_order_relaxed);
     const ordo::CompletionThread scope;
     drop(r);
     return true;
   }
 
-  /// A read or readv at an offset, of a file not opened with O_DIRECT, tried
-  /// at once on the calling thread with preadv2(RWF_NOWAIT) (see the top of
-  /// this file). Delivered here, in a CompletionThread scope, when the page
-  /// cache served all of it, or all the file holds from the offset on (end
-  /// of file, checked with fstat: a short count alone may just mean the rest
-  /// is not cached). Returns false when it would wait, failed, or came out
-  /// short before the end: the ring then does the whole read (and reports
-  /// the error it meets). A cancel that finds it delivered here fails.
+  /// A read the page cache serves whole, made on the calling thread (see the
+  /// top of this file and read_cached_now) and delivered here, in a
+  /// CompletionThread scope. False: the ring does it (and reports the error
+  /// it meets). A cancel that finds it delivered here fails.
   bool read_now(Request* r) noexcept {
-    if (r->off == kNoOffset || r->off > static_cast<std::uint64_t>(INT64_MAX) ||
-        stopping_.load(std::memory_order_relaxed)) {
-      return false;
-    }
-    iovec one{r->addr, static_cast<std::size_t>(r->len)};
-    const iovec* iov = &one;
-    int count = 1;
-    std::uint64_t want = r->len;
-    if (r->code == OpCode::readv) {
-      if (r->len == 0 || r->len > IOV_MAX) return false;
-      iov = static_cast<const iovec*>(r->addr);
-      count = static_cast<int>(r->len);
-      want = 0;
-      for (int i = 0; i < count; ++i) want += iov[i].iov_len;
-    }
-    const int flags = ::fcntl(r->fd, F_GETFL);
-    if (flags < 0 || (flags & O_DIRECT) != 0 || (flags & O_ACCMODE) == O_WRONLY) return false;
-    const ssize_t n = ::preadv2(r->fd, iov, count, static_cast<off_t>(r->off), RWF_NOWAIT);
+    if (stopping_.load(std::memory_order_relaxed)) return false;
+    const std::int64_t n = read_cached_now(*r);
     if (n < 0) return false;
-    if (static_cast<std::uint64_t>(n) != want) {
-      struct stat st {};
-      if (::fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-          r->off + static_cast<std::uint64_t>(n) < static_cast<std::uint64_t>(st.st_size)) {
-        return false;
-      }
-    }
     r->res = n;
-    r->backend_flags |= kUringDirect;
+    r->backend_flags |= kDirect;
     stats_.direct.fetch_add(1, std::memory_order_relaxed);
     const ordo::CompletionThread scope;
     drop(r);

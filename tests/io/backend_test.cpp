@@ -164,6 +164,13 @@ IoOptions with_threads(unsigned n) {
 
 std::unique_ptr<BackendImpl> make_backend(const std::string& name, const IoOptions& options, std::string& why) {
   if (name == "threads") return detail::make_threads_backend(options);
+  if (name == "threads_pool_reads") {
+    // Every file read on a pool thread (by default a read the page cache
+    // holds is made on the submitting thread: read_now).
+    IoOptions pool = options;
+    pool.cached_reads_inline = false;
+    return detail::make_threads_backend(pool);
+  }
 #ifdef ORDO_IO_HAVE_URING
   if (name == "uring") return detail::make_uring_backend(options, nullptr, why);
   if (name == "uring_coop") {
@@ -194,7 +201,7 @@ bool kernel_at_least(int major, int minor) {
 }
 
 std::vector<std::string> backend_names() {
-  std::vector<std::string> names{"threads"};
+  std::vector<std::string> names{"threads", "threads_pool_reads"};
 #ifdef ORDO_IO_HAVE_URING
   names.emplace_back("uring");
   names.emplace_back("uring_coop");
@@ -237,15 +244,18 @@ class BackendTest : public ::testing::TestWithParam<std::string> {
   }
   /// io_uring delivers a request that completed inside io_uring_enter on the
   /// submitting thread (reap_inline), in a CompletionThread scope like the
-  /// reaper; the thread backend never delivers on a submitter.
+  /// reaper; the thread backend delivers on a submitter only the reads it
+  /// made there (kDirect; and not even those when a cancel attempt held the
+  /// last reference: the thread resolving it delivers).
   void check_delivery(TestOp& op) const {
     std::lock_guard lock(op.m);
     EXPECT_EQ(op.deliveries, 1);
     EXPECT_TRUE(op.on_completion_thread) << "delivered outside a CompletionThread scope";
-    if (GetParam() == "threads") {
+    if (threads() && (op.backend_flags & detail::kDirect) == 0) {
       EXPECT_NE(op.thread, std::this_thread::get_id()) << "delivered inline on the test thread";
     }
   }
+  static bool threads() { return GetParam().rfind("threads", 0) == 0; }
 
   std::string file(const char* name) const { return dir_ + "/" + name; }
   /// A file holding `content`, opened O_RDWR.
@@ -268,7 +278,7 @@ TEST_P(BackendTest, NopDeliversOnACompletionThread) {
 }
 
 TEST_P(BackendTest, KindMatchesTheParameter) {
-  EXPECT_EQ(backend_->kind(), GetParam() == "threads" ? Backend::threads : Backend::uring);
+  EXPECT_EQ(backend_->kind(), threads() ? Backend::threads : Backend::uring);
   // Linux 5.19+ has IORING_SETUP_COOP_TASKRUN; the ring falls back without it before.
   EXPECT_EQ(backend_->cooperative_taskrun(), GetParam() == "uring_coop" && kernel_at_least(5, 19));
 }
@@ -504,8 +514,8 @@ TEST_P(BackendTest, SendOnAFullSocketWaitsForTheReaderAndKeepsTheStreamInOrder) 
   check_delivery(send);
   EXPECT_EQ(send.res, static_cast<std::int64_t>(tail.size()));
   EXPECT_EQ(got, std::string(queued, 'f') + tail);
-  if (GetParam() != "threads") {
-    EXPECT_EQ(send.backend_flags & detail::kUringDirect, 0U) << "went around the ring";
+  if (!threads()) {
+    EXPECT_EQ(send.backend_flags & detail::kDirect, 0U) << "went around the ring";
   }
 }
 
@@ -840,30 +850,69 @@ INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(backend_name
 
 // ------------------------------------------------------------------ threads backend only
 
+/// Whether every page of the file's `bytes` from `offset` (page-aligned) is
+/// in the page cache (mincore).
+bool resident(int fd, std::size_t bytes, off_t offset = 0) {
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, offset);
+  if (map == MAP_FAILED) return true;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  const bool ok = ::mincore(map, bytes, in.data()) == 0;
+  ::munmap(map, bytes);
+  if (!ok) return true;
+  for (unsigned char c : in) {
+    if ((c & 1) == 0) return false;
+  }
+  return true;
+}
 /// With one pool thread held by a blocking openat (a FIFO nobody writes), file
 /// requests queue: a deadline expires them in the queue and cancel() takes
 /// them out, while the running openat ignores its own deadline and completes.
 TEST(ThreadsBackend, QueuedFileRequestsExpireAndCancelWhileTheSyscallRunningCompletes) {
-  char tmpl[] = "/tmp/ordo_io_test.XXXXXX";
+  char tmpl[] = "/var/tmp/ordo_io_test.XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   const std::string fifo = dir + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  {
-    auto backend = detail::make_threads_backend(with_threads(1));
-    Fd data(::open((dir + "/data").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
-    ASSERT_EQ(::write(data.get(), "abcd", 4), 4);
+  // Both ways a file read reaches the pool: with cached_reads_inline off,
+  // and after preadv2(RWF_NOWAIT) found its pages out of the page cache
+  // (read_now, which leaves the request pending again for the queue).
+  for (const bool inline_reads : {false, true}) {
+    SCOPED_TRACE(inline_reads ? "uncached reads, cached_reads_inline" : "cached_reads_inline off");
+    IoOptions options = with_threads(1);
+    options.cached_reads_inline = inline_reads;
+    auto backend = detail::make_threads_backend(options);
+    constexpr off_t kSecond = 1 << 20;  // far from the first read's readahead
+    std::string content(2 * kSecond, 'x');
+    content.replace(0, 4, "abcd");
+    content.replace(kSecond, 4, "efgh");
+    Fd data(::open((dir + "/data").c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600));
+    ASSERT_EQ(::write(data.get(), content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    if (inline_reads) {
+      ASSERT_EQ(::fsync(data.get()), 0);
+      ASSERT_EQ(::posix_fadvise(data.get(), 0, 0, POSIX_FADV_DONTNEED), 0);
+      ASSERT_FALSE(resident(data.get(), 4096) || resident(data.get(), 4096, kSecond))
+          << "POSIX_FADV_DONTNEED left the file cached: cannot test uncached reads";
+    }
 
     TestOp open_fifo(OpCode::openat, AT_FDCWD);
     open_fifo.path = fifo;
     open_fifo.op_flags = O_RDONLY | O_CLOEXEC;
     open_fifo.deadline_ns = 200'000'000;
     backend->submit(&open_fifo);
+    // A failed assertion below returns with the openat blocked: open the
+    // FIFO's other end then, so that the backend's shutdown can join its thread.
+    struct Release {
+      const std::string& path;
+      ~Release() {
+        if (const int w = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC); w >= 0) ::close(w);
+      }
+    } release{fifo};
 
     char buf[4];
     TestOp expires(OpCode::read, data.get(), buf, 4, 0);
     expires.deadline_ns = 300'000'000;  // after open_fifo's deadline
-    TestOp cancelled(OpCode::read, data.get(), buf, 4, 0);
+    TestOp cancelled(OpCode::read, data.get(), buf, 4, kSecond);
     backend->submit(&expires);
     backend->submit(&cancelled);
     cancelled.cancel_on(*backend);
@@ -884,10 +933,11 @@ TEST(ThreadsBackend, QueuedFileRequestsExpireAndCancelWhileTheSyscallRunningComp
     EXPECT_GE(open_fifo.res, 0) << "a running syscall completes past its deadline";
     ::close(static_cast<int>(open_fifo.res));
 
-    TestOp after(OpCode::read, data.get(), buf, 4, 0);
+    TestOp after(OpCode::read, data.get(), buf, 4, kSecond);
     backend->submit(&after);
     ASSERT_TRUE(after.wait());
     EXPECT_EQ(after.res, 4);
+    EXPECT_EQ(std::string(buf, 4), "efgh");
     backend->shutdown();
     EXPECT_EQ(backend->in_flight(), 0U);
   }
@@ -934,7 +984,7 @@ TEST(UringBackend, SendWithRoomCompletesOnTheSubmittingThreadWithoutTheRing) {
     EXPECT_EQ(send.res, static_cast<std::int64_t>(msg.size()));
     EXPECT_TRUE(send.on_completion_thread);
     EXPECT_EQ(send.thread, std::this_thread::get_id());
-    EXPECT_NE(send.backend_flags & detail::kUringDirect, 0U) << "went through the ring";
+    EXPECT_NE(send.backend_flags & detail::kDirect, 0U) << "went through the ring";
     sent += msg;
   }
   std::string got(sent.size(), '\0');
@@ -952,29 +1002,14 @@ TEST(UringBackend, SendWithRoomCompletesOnTheSubmittingThreadWithoutTheRing) {
 }
 #endif
 
-#ifdef ORDO_IO_HAVE_URING
-/// Whether every page of the file's first `bytes` is in the page cache (mincore).
-bool resident(int fd, std::size_t bytes) {
-  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) return true;
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((bytes + page - 1) / page);
-  const bool ok = ::mincore(map, bytes, in.data()) == 0;
-  ::munmap(map, bytes);
-  if (!ok) return true;
-  for (unsigned char c : in) {
-    if ((c & 1) == 0) return false;
-  }
-  return true;
-}
 
-// io_uring, IoOptions::cached_reads_inline (the default): a read at an
+// IoOptions::cached_reads_inline (the default), both backends: a read at an
 // offset that the page cache serves whole, or up to the end of the file, is
 // made on the submitting thread and delivered there before submit()
 // returns; reads at the current position, reads of O_DIRECT files, reads
-// the cache does not hold, and every read with the option off go through the
-// ring. Every one returns the file's bytes.
-TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRing) {
+// the cache does not hold, and every read with the option off take the
+// backend's usual path (the ring, the pool). Every one returns the file's bytes.
+TEST(CachedReads, CompleteOnTheSubmittingThreadOthersTakeTheUsualPath) {
   char tmpl[] = "/var/tmp/ordo_io_test.XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr) << std::strerror(errno);
   const std::string dir = tmpl;
@@ -990,12 +1025,17 @@ TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRin
     ASSERT_EQ(::fsync(w.get()), 0);
   }
   std::string why;
+  for (const char* kind : {"uring", "threads"})
   for (const bool inline_reads : {true, false}) {
-    SCOPED_TRACE(inline_reads ? "cached_reads_inline" : "reads through the ring");
+    SCOPED_TRACE(std::string(kind) + (inline_reads ? ", cached_reads_inline" : ", usual path"));
     IoOptions options;
     options.cached_reads_inline = inline_reads;
-    auto backend = detail::make_uring_backend(options, nullptr, why);
-    if (!backend) GTEST_SKIP() << "io_uring unavailable: " << why;
+    auto backend = make_backend(kind, options, why);
+    if (!backend) {
+      std::cout << "[ skipped  ] " << kind << ": " << why << "\n";
+      continue;
+    }
+    const bool uring = backend->kind() == Backend::uring;
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     ASSERT_GE(fd.get(), 0);
     std::vector<char> buf(8192);
@@ -1016,8 +1056,11 @@ TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRin
       EXPECT_EQ(op.delivered(), 1);
       EXPECT_EQ(op.res, want);
       EXPECT_TRUE(op.on_completion_thread);
-      EXPECT_EQ((op.backend_flags & detail::kUringDirect) != 0, direct)
-          << (direct ? "went through the ring" : "was made on the submitting thread");
+      EXPECT_EQ((op.backend_flags & detail::kDirect) != 0, direct)
+          << (direct ? "took the usual path" : "was made on the submitting thread");
+      if (!uring && !direct) {
+        EXPECT_NE(op.thread, std::this_thread::get_id()) << "delivered on the submitter";
+      }
       if (want > 0) {
         EXPECT_EQ(std::memcmp(buf.data(), content.data() + at, static_cast<std::size_t>(want)), 0);
       }
@@ -1046,22 +1089,24 @@ TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRin
       TestOp r(OpCode::readv, fd.get(), iov, 2, 12345);
       expect_read(r, 4000, 12345, inline_reads);
     }
-    EXPECT_EQ(backend->stats().direct - before, inline_reads ? 6U : 0U);
-    // At the current position: through the ring (its offset is the file's).
+    if (uring) {
+      EXPECT_EQ(backend->stats().direct - before, inline_reads ? 6U : 0U);
+    }
+    // At the current position: the usual path (its offset is the file's).
     {
       ASSERT_EQ(::lseek(fd.get(), 4096, SEEK_SET), 4096);
       TestOp r(OpCode::read, fd.get(), buf.data(), 4096, detail::kNoOffset);
       expect_read(r, 4096, 4096, false);
     }
-    // A file opened for writing only: EBADF, from the ring.
+    // A file opened for writing only: EBADF, from the usual path.
     {
       Fd wo(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
       ASSERT_GE(wo.get(), 0);
       TestOp r(OpCode::read, wo.get(), buf.data(), 4096, 0);
       expect_read(r, -EBADF, 0, false);
     }
-    // O_DIRECT: through the ring, even with every page cached (preadv2
-    // would wait for the device).
+    // O_DIRECT: the usual path, even with every page cached (preadv2 would
+    // wait for the device).
     if (Fd direct(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC)); direct.get() >= 0) {
       void* aligned = nullptr;
       ASSERT_EQ(::posix_memalign(&aligned, 4096, 4096), 0);
@@ -1069,11 +1114,12 @@ TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRin
       backend->submit(&r);
       ASSERT_TRUE(r.wait());
       EXPECT_EQ(r.res, 4096);
-      EXPECT_EQ(r.backend_flags & detail::kUringDirect, 0U) << "an O_DIRECT read was made on the submitting thread";
+      EXPECT_EQ(r.backend_flags & detail::kDirect, 0U) << "an O_DIRECT read was made on the submitting thread";
+      EXPECT_TRUE(r.on_completion_thread);
       EXPECT_EQ(std::memcmp(aligned, content.data() + 8192, 4096), 0);
       std::free(aligned);
     }
-    // Not in the page cache: through the ring.
+    // Not in the page cache: the usual path.
     ::munmap(pinned, kSize);  // unlocks too
     ASSERT_EQ(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED), 0);
     if (resident(fd.get(), 4096 * 4)) {
@@ -1089,7 +1135,6 @@ TEST(UringBackend, CachedReadsCompleteOnTheSubmittingThreadOthersGoThroughTheRin
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
-#endif
 
 /// Requests on one socket complete in submission order.
 TEST(ThreadsBackend, RequestsOnOneFdCompleteInOrder) {

@@ -42,17 +42,19 @@ struct IoOptions {
   /// pipelines whose ops are short. Ignored by the threads backend; on an
   /// older kernel the ring is set up without it (backend_reason() says so).
   bool cooperative_taskrun = false;
-  /// io_uring: a read or readv at an offset, of a file not opened with
-  /// O_DIRECT, is first tried on the submitting thread with
-  /// preadv2(RWF_NOWAIT), which copies what the page cache holds and never
-  /// waits for a device; only a read the cache cannot serve whole goes
-  /// through the ring. The ring's submissions are serialized (one thread
+  /// A read or readv at an offset, of a file not opened with O_DIRECT, is
+  /// first tried on the submitting thread with preadv2(RWF_NOWAIT), which
+  /// copies what the page cache holds and never waits for a device; only a
+  /// read the cache cannot serve whole goes through the ring (the thread
+  /// backend: its pool). The ring's submissions are serialized (one thread
   /// enters the kernel with the batch), so cached reads otherwise use one
   /// core however many workers issue them: 4 KiB cached reads through 32
   /// coroutines on 2 workers went from ~0.5M to ~1.1M/s on this project's
-  /// 2-core machine (docs/io-bench.md). The cost for a read the cache
+  /// 2-core machine (docs/io-bench.md); the thread backend saves a pool
+  /// thread's wake-up and a hand-off per read. The cost for a read the cache
   /// cannot serve: an fcntl(F_GETFL) and a failed preadv2 (about 1 us);
-  /// O_DIRECT reads pay the fcntl only. Off: every read goes through the ring.
+  /// O_DIRECT reads pay the fcntl only. Off: every read takes the backend's
+  /// usual path.
   bool cached_reads_inline = true;
   /// Where callbacks run and awaiting coroutines continue (an engine context).
   Context resume_ctx = Context::cpu();
