@@ -398,11 +398,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
                  static_cast<int>(r->op_flags) | MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    r->res = n < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(n);
-    r->backend_flags |= kDirect;
-    stats_.direct.fetch_add(1, std::memory_order_relaxed);
-    const ordo::CompletionThread scope;
-    drop(r);
+    deliver_direct(r, n < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(n));
     return true;
   }
 
@@ -414,12 +410,18 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     if (stopping_.load(std::memory_order_relaxed)) return false;
     const std::int64_t n = read_cached_now(*r);
     if (n < 0) return false;
-    r->res = n;
+    deliver_direct(r, n);
+    return true;
+  }
+
+  /// Delivers a request that send_now or read_now completed on the calling
+  /// thread, in a CompletionThread scope, as the submit contract allows.
+  void deliver_direct(Request* r, std::int64_t res) noexcept {
+    r->res = res;
     r->backend_flags |= kDirect;
     stats_.direct.fetch_add(1, std::memory_order_relaxed);
     const ordo::CompletionThread scope;
     drop(r);
-    return true;
   }
 
   /// Drops one of the request's references; the last one delivers it.
