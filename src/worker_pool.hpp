@@ -102,6 +102,9 @@ class WorkerPool {
   /// Wakes a sleeping worker to wait in the ring, unless one waits there.
   void wake_for_ring() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
+  struct Keep;
+  /// Ends `keep` and folds its ops' average duration into kept_op_ns_.
+  void end_keep(Keep& keep, std::int64_t now) noexcept;
 
   EngineCore& core_;
   std::string name_;
@@ -132,6 +135,9 @@ class WorkerPool {
   /// ring: if it takes another op rather than going idle, it wakes a sleeper
   /// to wait there (want_ring_waiter()).
   std::atomic<bool> ring_wanted_{false};
+  /// Moving average (ns) of the ops a worker ran on its own after a delivery
+  /// from the ring (see Keep in worker_pool.cpp); -1: none measured yet.
+  std::atomic<std::int64_t> kept_op_ns_{-1};
   std::vector<std::thread> threads_;
 };
 
