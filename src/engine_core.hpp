@@ -53,6 +53,8 @@ class EngineCore {
   /// Drains, joins the workers and reports unobserved errors. Returns false
   /// if async ops were abandoned (the core must then be kept alive).
   bool shutdown() noexcept;
+  /// steady_clock in nanoseconds (op timing; the worker pool's Keep).
+  static std::int64_t now_ns() noexcept;
 
   // Variables.
   Var new_variable();
@@ -237,7 +239,6 @@ class EngineCore {
   }
   /// Whether submit runs `op` (ready at push) to completion before it returns.
   [[nodiscard]] bool completes_in_push(const OpRecord* op) const noexcept;
-  static std::int64_t now_ns() noexcept;
   /// Backpressure's bound on held_back_count() for a pusher (max_in_flight
   /// != 0). While ops are short, at most kShortWindow: a pusher whose ops
   /// queue behind a worker's (the first ops of a chain go to a worker until

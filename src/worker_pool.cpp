@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <utility>
 
@@ -23,16 +22,12 @@ constexpr int kSpinRounds = 256;
 constexpr int kPauseRounds = 32;
 // Most ops a worker takes from the queue at once.
 constexpr std::int64_t kMaxBatch = 16;
-constexpr std::uint32_t kKeepProbe = 16;
 // Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
-// and only while such ops averaged under kKeepOpNs.
+// and only while such ops averaged under kKeepOpNs; one delivery in
+// kKeepProbe is kept anyway.
 constexpr std::int64_t kKeepNs = 500'000;
 constexpr std::int64_t kKeepOpNs = 20'000;
-
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+constexpr std::uint32_t kKeepProbe = 16;
 }  // namespace
 
 /// A worker that waited in the ring and delivered what completed there
@@ -253,7 +248,7 @@ void WorkerPool::worker_main(int index) {
       op = try_pop();
       ts.continuations = 0;
       if (op == nullptr) {
-        if (keep.since != 0) end_keep(keep, now_ns());
+        if (keep.since != 0) end_keep(keep, EngineCore::now_ns());
         core_.flush_finished();  // out of work: publish the completions counted locally
         // Spin for the next op, unless requests are in flight in a ring
         // nobody waits in: then wait there at once, where their completion
@@ -311,10 +306,9 @@ void WorkerPool::worker_main(int index) {
           // kKeepProbe, so that the average follows the ops as they change.
           if (waited_in_ring && size_.load(std::memory_order_relaxed) > 0 &&
               (kept_avg < kKeepOpNs || (++keep_probe & (kKeepProbe - 1)) == 0)) {
-            keep.since = now_ns();  // Keep: run it here, for now
-          } else if (size_.load(std::memory_order_relaxed) > 1 && spinning_.load(std::memory_order_seq_cst) == 0 &&
-                     sleepers_.load(std::memory_order_seq_cst) > 0) {
-            wake_one();
+            keep.since = EngineCore::now_ns();  // Keep: run it here, for now
+          } else {
+            wake_if_queued(1);
           }
         } else {
           sleepers_.fetch_sub(1, std::memory_order_relaxed);
@@ -325,15 +319,12 @@ void WorkerPool::worker_main(int index) {
     }
     if (keep.since != 0) {
       // Keeping (Keep): past its time, what is still queued goes to a sleeper.
-      const std::int64_t now = now_ns();
+      const std::int64_t now = EngineCore::now_ns();
       if (now - keep.since <= kKeepNs) {
         ++keep.ops;
       } else {
         end_keep(keep, now);
-        if (size_.load(std::memory_order_relaxed) > 0 && spinning_.load(std::memory_order_seq_cst) == 0 &&
-            sleepers_.load(std::memory_order_seq_cst) > 0) {
-          wake_one();
-        }
+        wake_if_queued(0);
       }
     }
     // Requests this worker submitted wait for a waiter in the ring, and it
@@ -366,11 +357,15 @@ OpRecord* WorkerPool::spin() {
   }
   spinning_.fetch_sub(1, std::memory_order_seq_cst);
   // Found work and more is queued while nobody else looks: bring a sleeper in.
-  if (op != nullptr && size_.load(std::memory_order_relaxed) > 0 &&
-      spinning_.load(std::memory_order_seq_cst) == 0 && sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (op != nullptr) wake_if_queued(0);
+  return op;
+}
+
+void WorkerPool::wake_if_queued(std::int64_t more_than) noexcept {
+  if (size_.load(std::memory_order_relaxed) > more_than && spinning_.load(std::memory_order_seq_cst) == 0 &&
+      sleepers_.load(std::memory_order_seq_cst) > 0) {
     wake_one();
   }
-  return op;
 }
 
 void WorkerPool::stop_and_join() {

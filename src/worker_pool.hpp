@@ -102,6 +102,9 @@ class WorkerPool {
   /// Wakes a sleeping worker to wait in the ring, unless one waits there.
   void wake_for_ring() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
+  /// Wakes a sleeper if more than `more_than` ops are queued and no worker
+  /// spins (one that spins will find them).
+  void wake_if_queued(std::int64_t more_than) noexcept;
   struct Keep;
   /// Ends `keep` and folds its ops' average duration into kept_op_ns_.
   void end_keep(Keep& keep, std::int64_t now) noexcept;
