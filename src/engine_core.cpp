@@ -823,13 +823,31 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     }
     return;
   }
-  if (op->prop == FnProperty::async &&
-      (from_push || ts.engine == this ||
-       (op->kind == OpKind::fn_launcher && ts.completion_thread && ts.depth == 0))) {
-    // A cheap launcher: no queue hop. Never on a foreign completing thread;
-    // on a completion thread only ordo's own, which run no user code, and
-    // not inside ops it is running (a pusher reaping its own I/O): those
-    // go to the workers, which then keep the chain going in parallel.
+  if (op->kind == OpKind::fn_launcher && !from_push && ts.completion_thread && ts.running == nullptr &&
+      !ts.launching) {
+    // A launcher made ready by a delivery (the reaper's, or a worker's that
+    // waited in the ring), outside any op body: start its request now, not
+    // after the delivery loop (a worker's trampoline), so that it joins the
+    // batch the loop submits with one io_uring_enter at its end. Run after
+    // the loop, each launch entered the kernel alone, and the first one's
+    // want of a ring waiter woke the other worker: at O_DIRECT QD32 one
+    // wake-up per batch of completions, and completions split between two
+    // submitting threads. One level deep: a launch that completes at once
+    // (a synchronous failure) makes the next one ready the usual way.
+    ts.launching = true;
+    if (ts.depth == 0) {
+      run_now(op);
+    } else {
+      op->engine->execute(op);
+    }
+    ts.launching = false;
+    return;
+  }
+  if (op->prop == FnProperty::async && (from_push || ts.engine == this)) {
+    // A cheap async op: no queue hop. Never on a foreign completing thread;
+    // on a completion thread only ordo's launchers (above): those made
+    // ready inside ops it is running (a pusher reaping its own I/O) go to
+    // the workers, which then keep the chain going in parallel.
     run_inline(op);
     return;
   }

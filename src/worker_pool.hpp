@@ -48,6 +48,9 @@ struct ThreadState {
   /// Inside an ordo::CompletionThread scope: an I/O reaper or event watcher
   /// that must never run user code (work it makes ready always goes to a pool).
   bool completion_thread = false;
+  /// Starting a launcher at once inside a delivery (EngineCore::dispatch):
+  /// what that launch makes ready meanwhile goes the usual way.
+  bool launching = false;
 };
 // constinit: no dynamic initialisation, so other translation units reach it
 // without a call to its TLS init function (the direct path reads it 3 times a push).
