@@ -72,7 +72,6 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
   if (opts_.kind == EngineKind::per_device && (opts_.gpu_compute_workers == 0 || opts_.gpu_copy_workers == 0)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }
-  low_water_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
   if (opts_.kind != EngineKind::naive) inline_below_ns_ = opts_.inline_below_ns;
   if (opts_.profile.enabled) {
     prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
@@ -290,13 +289,19 @@ void EngineCore::throttle() {
   const ThreadState& ts = t_state;
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
-  if (held_back_count() < window()) return;
+  const std::int64_t soft = window();
+  if (held_back_count() < soft) return;
   // Work first: while ops are short, wait until the window has drained, not
   // to half. A pusher that fills the window faster than the workers empty it
   // pushes ops that wait behind the workers' (a chain one op behind them),
   // so no push finds its variables free and runs it; after a full drain
   // they do, and the window stays empty.
-  const std::int64_t resume_at = short_ops() || short_leases() ? 0 : low_water_;
+  const bool drain = short_ops() || short_leases();
+  // Longer ops: the window is soft (window()): past it, up to the bound,
+  // while a CPU worker sleeps for want of work.
+  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+  if (!drain && soft < bound && held_back_count() < bound && cpu_starved()) return;
+  const std::int64_t resume_at = drain ? 0 : soft / 2;
   std::unique_lock lock(idle_mutex_);
   resume_at_.store(resume_at, std::memory_order_relaxed);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -316,7 +321,9 @@ void EngineCore::throttle() {
   for (;;) {
     const std::int64_t held = held_back_count();
     if (held <= resume_at || all_idle()) break;
-    if (resume_at >= low_water_) {
+    if (!drain) {
+      // A worker going to sleep notifies (worker_idle()).
+      if (soft < bound && held < bound && cpu_starved()) break;
       idle_cv_.wait(lock);
       continue;
     }
@@ -326,6 +333,8 @@ void EngineCore::throttle() {
   }
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
+
+bool EngineCore::cpu_starved() const noexcept { return cpu_ != nullptr && cpu_->starved(); }
 
 void EngineCore::worker_idle() noexcept {
   // A worker found no work and is about to sleep: a throttled pusher may have

@@ -84,6 +84,14 @@ class WorkerPool {
   /// The attached ring has requests in flight and nobody waiting in it:
   /// see IdleRingAccess::want_waiter().
   void want_ring_waiter() noexcept;
+  /// A worker sleeps (or waits in the attached ring) with no op queued for
+  /// it: a hint. A sleeper woken for a queued op counts as a sleeper until
+  /// it runs, which with more threads than cores can take a scheduler tick;
+  /// the queued op tells it apart. seq_cst: Dekker with a sleeping worker's
+  /// EngineCore::worker_idle().
+  [[nodiscard]] bool starved() const noexcept {
+    return sleepers_.load(std::memory_order_seq_cst) > 0 && size_.load(std::memory_order_seq_cst) == 0;
+  }
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return size_.load(std::memory_order_acquire) == 0 &&

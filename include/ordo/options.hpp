@@ -49,17 +49,20 @@ struct Options {
   unsigned io_workers = 1;             ///< pooled: workers of the I/O (copy) pool
   unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device
   unsigned gpu_copy_workers = 1;       ///< per_device: workers per copy direction per GPU device
-  /// Backpressure: when > 0, a thread that pushes while this many ops are in
-  /// flight (not counting async ops whose body has started: they wait on
-  /// something outside the engine, such as I/O or a coroutine holding a
-  /// lease) blocks until the count falls to half of it, so a pusher far ahead
-  /// of the workers keeps memory flat (an op record is ~224 bytes). It never
-  /// blocks when that could deadlock: pushes from inside an op or from a
-  /// worker are not held back, and a held pusher goes on as soon as every
-  /// worker is idle (the ops in flight then wait on something outside the
-  /// engine, perhaps on this very thread). 0: unbounded. The default, 4096,
-  /// is also the fastest setting measured (bench/): a short window keeps
-  /// variable and op records in cache; lookahead for parallelism stays ample.
+  /// Backpressure: when > 0, at most this many ops are in flight (not
+  /// counting async ops whose body has started: they wait on something
+  /// outside the engine, such as I/O or a coroutine holding a lease): a
+  /// pushing thread blocks, so a pusher far ahead of the workers keeps memory
+  /// flat (an op record is ~224 bytes). Below the bound the window is soft:
+  /// a pusher is held at 256 ops in flight (resumed at 128; while ops are
+  /// short, after a full drain) while every CPU worker has work, and goes on
+  /// towards the bound while one sleeps with nothing queued, so lookahead is
+  /// taken where parallelism needs it and otherwise the ops in flight and
+  /// their variables' records stay in cache (docs/guide.md). It never blocks
+  /// when that could deadlock: pushes from inside an op or from a worker are
+  /// not held back, and a held pusher goes on as soon as every worker is idle
+  /// (the ops in flight then wait on something outside the engine, perhaps
+  /// on this very thread). 0: unbounded.
   std::size_t max_in_flight = 4096;
   /// Work first (pooled and per_device): a sync CPU op (FnProperty::normal)
   /// that is ready when pushed runs on the pushing thread, like a call, while

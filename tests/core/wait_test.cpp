@@ -203,6 +203,60 @@ TEST(Backpressure, PusherWaitsAndMemoryStaysBounded) {
   EXPECT_EQ(sum, n * (n - 1) / 2);
 }
 
+TEST(Backpressure, BusyWorkersHoldLongOpsAtTheSoftWindow) {
+  // Ops that are not short (work first off: none is), all independent and
+  // ready: both workers always have work, so the pusher is held far below
+  // the bound (at the soft window, 256), not at 4096.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096,
+                        .inline_below_ns = 0});
+  std::vector<Var> vars;
+  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slots(vars.size(), 0);
+  std::size_t peak = 0;
+  const int n = 2000;
+  for (int i = 0; i < n; ++i) {
+    const std::size_t k = static_cast<std::size_t>(i) % vars.size();
+    engine.push_sync([&slots, k, i] {
+      std::uint64_t h = slots[k] + static_cast<std::uint64_t>(i);
+      for (int j = 0; j < 20000; ++j) h = h * 6364136223846793005ULL + 1442695040888963407ULL;
+      slots[k] = h;
+    }, Context::cpu(), {}, {vars[k]});
+    peak = std::max(peak, engine.in_flight());
+  }
+  engine.wait_for_all();
+  EXPECT_LE(peak, 1024U) << "a pusher with busy workers went far past the soft window";
+  EXPECT_GE(peak, 64U) << "the pusher never got ahead of the workers";
+}
+
+TEST(Backpressure, HeldPusherGoesPastTheSoftWindowWhileAWorkerStarves) {
+  // One worker is busy in a gated op; 1000 ops queue behind it on its
+  // variable, so the other worker has nothing to run. The pusher must look
+  // past the soft window (256 ops) for work, up to the bound: the op that
+  // opens the gate comes after the 1000. Held at the soft window it would
+  // wait for ever (one worker busy: not every worker idle).
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096,
+                        .inline_below_ns = 0});
+  Var x = engine.new_variable();
+  Var y = engine.new_variable();
+  Gate gate;
+  Counter gated_started;
+  engine.push_sync([&] { gated_started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {x});
+  ASSERT_TRUE(gated_started.wait_for(1));
+  std::atomic<int> ran{0};
+  Counter pushed;
+  std::thread pusher([&] {
+    for (int i = 0; i < 1000; ++i) engine.push_sync([&] { ran.fetch_add(1); }, Context::cpu(), {}, {x});
+    engine.push_sync([&] { gate.open(); }, Context::cpu(), {}, {y});
+    pushed.arrive();
+  });
+  const bool went_on = pushed.wait_for(1, std::chrono::seconds(30));
+  EXPECT_TRUE(went_on) << "pusher held at the soft window while a worker starved";
+  if (!went_on) gate.open();  // let the test end
+  pusher.join();
+  engine.wait_for_all();
+  EXPECT_EQ(ran.load(), 1000);
+}
+
 TEST(Backpressure, OpsPushingOpsAreNeverBlocked) {
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 4});
   Var v = engine.new_variable();
