@@ -23,9 +23,11 @@
 // cancel attempt), so the memory of a delivered request is never named by a
 // later CQE. user_data is the request's address with a tag in the low bits.
 //
-// Deliveries that submit (the next read of a push_read lane, started on the
-// reaper itself: OpKind::fn_launcher; an exact transfer's next part) are
-// batched while reap_ready runs (t_batch_) and enter the kernel together.
+// Deliveries that submit (the next read of a push_read lane, started by the
+// delivering thread itself, the reaper or a worker that waited in the ring:
+// OpKind::fn_launcher, see EngineCore::dispatch; an exact transfer's next
+// part) are batched while reap_ready runs (t_batch_) and enter the kernel
+// together.
 //
 // Direct sends. A send is first tried with a plain non-blocking send(2) on
 // the submitting thread (send_now), as Asio does, when no earlier submission

@@ -16,8 +16,11 @@ namespace ordo::detail {
 /// a user's, also on a completion thread (an I/O reaper that completed the
 /// previous op of the same variable) outside any op it runs, instead of
 /// waking a worker just to start the next request: at queue depth 1 on
-/// O_DIRECT that wake-up was a hop per read that fio does not pay. The
-/// Engine befriends this struct; users cannot push such ops otherwise.
+/// O_DIRECT that wake-up was a hop per read that fio does not pay. Made
+/// ready by a delivery (the reaper's, or a worker's that waited in the
+/// ring), it starts inside the delivery loop, so that its request joins the
+/// batch the loop submits at its end. The Engine befriends this struct;
+/// users cannot push such ops otherwise.
 struct LauncherPush {
   template <class F>
   static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
