@@ -250,20 +250,30 @@ class EngineCore {
   /// the work-first rule (docs/guide.md) already. The same holds for a chain
   /// of short coroutine leases.
   ///
-  /// Longer ops are held back at kLongWindow too (a soft window), but only
-  /// while every CPU worker has work: a pusher held there goes on, up to
-  /// max_in_flight, as soon as one sleeps for want of it (see throttle()).
-  /// Lookahead for parallelism is then taken where it is needed, and
-  /// otherwise the ops in flight, their queue nodes and their variables'
-  /// records stay in cache: W6 (10 us bodies, 2 workers) ran ~3-5% faster
-  /// held at 256 than at 4096 (bench/, interleaved runs); the gain was the
-  /// footprint, not the pusher's bursts (held at 4096 and resumed at 3968,
-  /// as slow as at 2048).
+  /// Long ops (work first's average at kLongOpFactor x inline_below_ns or
+  /// more, 2.4 us by default; samples are clamped at 16x) are held back at kLongWindow too, but it is a soft
+  /// window: a pusher held there goes on, up to max_in_flight, as soon as a
+  /// CPU worker sleeps with nothing queued (see throttle()). Lookahead for
+  /// parallelism is then taken where it is needed, and otherwise the ops in
+  /// flight, their queue nodes and their variables' records stay in cache:
+  /// W6 (10 us bodies, 2 workers) ran ~2% faster held at 256 than at 4096
+  /// (bench/, interleaved runs); held at 4096 and resumed at 3968 it was as
+  /// slow as resumed at 2048, so the gain is the footprint. Ops between
+  /// short and long keep the bound: ~0.5 us ops on 64 chains (ordo_io_bench's
+  /// "worker never blocked") ran ~20% slower held at 256, whose refill,
+  /// 128 ops, is then ~30 us of work, less than a pusher's wake-up on a busy
+  /// 2-core machine; at 2.4 us an op it is ~150 us.
   static constexpr std::int64_t kShortWindow = 256;
   static constexpr std::int64_t kLongWindow = 256;
   [[nodiscard]] std::int64_t window() const noexcept {
     const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-    return std::min(bound, short_ops() || short_leases() ? kShortWindow : kLongWindow);
+    if (short_ops() || short_leases()) return std::min(bound, kShortWindow);
+    return long_ops() ? std::min(bound, kLongWindow) : bound;
+  }
+  /// Work first's average of CPU ops says they are long (see window()).
+  static constexpr std::int64_t kLongOpFactor = 12;
+  [[nodiscard]] bool long_ops() const noexcept {
+    return inline_below_ns_ != 0 && avg_op_ns_.load(std::memory_order_relaxed) >= kLongOpFactor * inline_below_ns_;
   }
   /// A CPU worker sleeps (or waits in an I/O ring) with no op queued: a hint.
   [[nodiscard]] bool cpu_starved() const noexcept;

@@ -53,12 +53,14 @@ struct Options {
   /// counting async ops whose body has started: they wait on something
   /// outside the engine, such as I/O or a coroutine holding a lease): a
   /// pushing thread blocks, so a pusher far ahead of the workers keeps memory
-  /// flat (an op record is ~224 bytes). Below the bound the window is soft:
-  /// a pusher is held at 256 ops in flight (resumed at 128; while ops are
-  /// short, after a full drain) while every CPU worker has work, and goes on
+  /// flat (an op record is ~224 bytes). While work first times the ops as
+  /// short, a pusher is held at 256 ops in flight (until a full drain); as
+  /// long (2.4 us or more on average, inline_below_ns != 0), at a soft window
+  /// of 256 (resumed at 128) while every CPU worker has work, going on
   /// towards the bound while one sleeps with nothing queued, so lookahead is
   /// taken where parallelism needs it and otherwise the ops in flight and
-  /// their variables' records stay in cache (docs/guide.md). It never blocks
+  /// their variables' records stay in cache (docs/guide.md); otherwise at
+  /// the bound, resumed at half of it. It never blocks
   /// when that could deadlock: pushes from inside an op or from a worker are
   /// not held back, and a held pusher goes on as soon as every worker is idle
   /// (the ops in flight then wait on something outside the engine, perhaps

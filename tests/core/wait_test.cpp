@@ -203,12 +203,26 @@ TEST(Backpressure, PusherWaitsAndMemoryStaysBounded) {
   EXPECT_EQ(sum, n * (n - 1) / 2);
 }
 
+namespace {
+/// ~20 us of register-only work (no sleep): an op work first times as long.
+std::uint64_t long_body(std::uint64_t h) {
+  for (int j = 0; j < 20000; ++j) h = h * 6364136223846793005ULL + 1442695040888963407ULL;
+  return h;
+}
+/// Runs enough long ops on `engine` for work first to have timed them.
+void warm_up_long(Engine& engine) {
+  Var w = engine.new_variable();
+  std::uint64_t h = 1;
+  for (int i = 0; i < 32; ++i) engine.push_sync([&h] { h = long_body(h); }, Context::cpu(), {}, {w});
+  engine.wait_for_all();
+}
+}  // namespace
+
 TEST(Backpressure, BusyWorkersHoldLongOpsAtTheSoftWindow) {
-  // Ops that are not short (work first off: none is), all independent and
-  // ready: both workers always have work, so the pusher is held far below
-  // the bound (at the soft window, 256), not at 4096.
-  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096,
-                        .inline_below_ns = 0});
+  // Long ops, all independent and ready: both workers always have work, so
+  // the pusher is held far below the bound (at the soft window, 256).
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096});
+  warm_up_long(engine);
   std::vector<Var> vars;
   for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
   std::vector<std::uint64_t> slots(vars.size(), 0);
@@ -216,11 +230,8 @@ TEST(Backpressure, BusyWorkersHoldLongOpsAtTheSoftWindow) {
   const int n = 2000;
   for (int i = 0; i < n; ++i) {
     const std::size_t k = static_cast<std::size_t>(i) % vars.size();
-    engine.push_sync([&slots, k, i] {
-      std::uint64_t h = slots[k] + static_cast<std::uint64_t>(i);
-      for (int j = 0; j < 20000; ++j) h = h * 6364136223846793005ULL + 1442695040888963407ULL;
-      slots[k] = h;
-    }, Context::cpu(), {}, {vars[k]});
+    engine.push_sync([&slots, k, i] { slots[k] = long_body(slots[k] + static_cast<std::uint64_t>(i)); },
+                     Context::cpu(), {}, {vars[k]});
     peak = std::max(peak, engine.in_flight());
   }
   engine.wait_for_all();
@@ -234,8 +245,8 @@ TEST(Backpressure, HeldPusherGoesPastTheSoftWindowWhileAWorkerStarves) {
   // past the soft window (256 ops) for work, up to the bound: the op that
   // opens the gate comes after the 1000. Held at the soft window it would
   // wait for ever (one worker busy: not every worker idle).
-  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096,
-                        .inline_below_ns = 0});
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2, .max_in_flight = 4096});
+  warm_up_long(engine);
   Var x = engine.new_variable();
   Var y = engine.new_variable();
   Gate gate;
@@ -245,7 +256,9 @@ TEST(Backpressure, HeldPusherGoesPastTheSoftWindowWhileAWorkerStarves) {
   std::atomic<int> ran{0};
   Counter pushed;
   std::thread pusher([&] {
-    for (int i = 0; i < 1000; ++i) engine.push_sync([&] { ran.fetch_add(1); }, Context::cpu(), {}, {x});
+    for (int i = 0; i < 1000; ++i) {
+      engine.push_sync([&] { ran.fetch_add(1); (void)long_body(1); }, Context::cpu(), {}, {x});
+    }
     engine.push_sync([&] { gate.open(); }, Context::cpu(), {}, {y});
     pushed.arrive();
   });
