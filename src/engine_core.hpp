@@ -251,9 +251,10 @@ class EngineCore {
   /// of short coroutine leases.
   ///
   /// Long ops (work first's average at kLongOpFactor x inline_below_ns or
-  /// more, 2.4 us by default; samples are clamped at 16x) are held back at kLongWindow too, but it is a soft
-  /// window: a pusher held there goes on, up to max_in_flight, as soon as a
-  /// CPU worker sleeps with nothing queued (see throttle()). Lookahead for
+  /// more, 2.4 us by default; samples are clamped at 16x) are held back at
+  /// kLongWindow too, but it is a soft window: a pusher held there goes on,
+  /// up to max_in_flight, as soon as a CPU worker sleeps with nothing queued
+  /// (see throttle()). Lookahead for
   /// parallelism is then taken where it is needed, and otherwise the ops in
   /// flight, their queue nodes and their variables' records stay in cache:
   /// W6 (10 us bodies, 2 workers) ran ~2% faster held at 256 than at 4096
