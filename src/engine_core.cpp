@@ -290,17 +290,19 @@ void EngineCore::throttle() {
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
   const std::int64_t soft = window();
-  if (held_back_count() < soft) return;
+  const std::int64_t held_now = held_back_count();
+  if (held_now < soft) return;
   // Work first: while ops are short, wait until the window has drained, not
   // to half. A pusher that fills the window faster than the workers empty it
   // pushes ops that wait behind the workers' (a chain one op behind them),
   // so no push finds its variables free and runs it; after a full drain
   // they do, and the window stays empty.
   const bool drain = short_ops() || short_leases();
-  // Longer ops: the window is soft (window()): past it, up to the bound,
+  // Long ops: the window is soft (window()): past it, up to the bound,
   // while a CPU worker sleeps for want of work.
   const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-  if (!drain && soft < bound && held_back_count() < bound && cpu_starved()) return;
+  const auto may_pass = [&](std::int64_t held) { return soft < bound && held < bound && cpu_starved(); };
+  if (!drain && may_pass(held_now)) return;
   const std::int64_t resume_at = drain ? 0 : soft / 2;
   std::unique_lock lock(idle_mutex_);
   resume_at_.store(resume_at, std::memory_order_relaxed);
@@ -323,7 +325,7 @@ void EngineCore::throttle() {
     if (held <= resume_at || all_idle()) break;
     if (!drain) {
       // A worker going to sleep notifies (worker_idle()).
-      if (soft < bound && held < bound && cpu_starved()) break;
+      if (may_pass(held)) break;
       idle_cv_.wait(lock);
       continue;
     }
@@ -844,11 +846,7 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     // submitting threads. One level deep: a launch that completes at once
     // (a synchronous failure) makes the next one ready the usual way.
     ts.launching = true;
-    if (ts.depth == 0) {
-      run_now(op);
-    } else {
-      op->engine->execute(op);
-    }
+    run_now(op);  // nested in a worker's loop (depth 1): executes it, the loop drains
     ts.launching = false;
     return;
   }
