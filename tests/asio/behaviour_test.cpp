@@ -66,8 +66,8 @@ TEST(AsioEager, ManyInterleavedAwaitsKeepPushOrder) {
 }
 
 TEST(AsioAffinity, HandlersRunOnTheirExecutorNeverOnAWorker) {
+  IoThread t1, t2;  // before the engine: it may still hold their executors until it is destroyed
   ordo::Engine engine(test_options(2));
-  IoThread t1, t2;
   auto strand = asio::make_strand(t2.io());
   constexpr int kOps = 200;
   std::latch done(2 * kOps);
@@ -269,12 +269,12 @@ TEST(AsioErrors, MisuseThrowsFromTheInitiatingFunction) {
 }
 
 TEST(AsioWaitFor, CompletesOnlyAfterEarlierWrites) {
+  IoThread io;  // before the engine (docs/asio.md, "Caveats")
   ordo::Engine engine(test_options());
   ordo::Var v = engine.new_variable();
   Gate gate;
   std::atomic<bool> write_done{false};
   engine.push_sync([&] { gate.wait(); write_done = true; }, ordo::Context::cpu(), {}, {v});
-  IoThread io;
   std::promise<bool> seen;
   ordo::asio::wait_for(engine, v, asio::bind_executor(io.io(), [&](std::exception_ptr e) {
     EXPECT_FALSE(e);
@@ -289,10 +289,10 @@ TEST(AsioWaitFor, CompletesOnlyAfterEarlierWrites) {
 // Many threads push and cancel at once (for ThreadSanitizer): the grant and
 // the cancellation race on one flag; every handler runs exactly once.
 TEST(AsioStress, ConcurrentPushesAndCancellations) {
+  IoThread a, b;  // before the engine (docs/asio.md, "Caveats")
   ordo::Engine engine(test_options(2));
   std::vector<ordo::Var> vars;
   for (int i = 0; i < 4; ++i) vars.push_back(engine.new_variable());
-  IoThread a, b;
   constexpr int kPerThread = 400;
   std::atomic<int> completions{0}, aborted{0}, ran{0};
   std::latch done(2 * kPerThread);
