@@ -1,0 +1,197 @@
+// bench/workloads/w6_breakdown.cpp - where W6's time goes on ordo.
+//
+// Replays the W6 trace (the W4 random trace with busy work in every body) on
+// a default engine, timing every op body, and splits each run's core time
+// into: the bodies, the gaps between one worker's consecutive bodies (the
+// engine's per-op work, plus whatever preempted the worker between ops), the
+// pusher's CPU time and idle cores. Figures come per worker, with the delay
+// before each worker's first op. A diagnostic, not a benchmark: the timing
+// inside the bodies costs ~50 ns an op. ordo_workloads measures W6's speed.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ordo/ordo.hpp>
+
+#include "workload.hpp"
+
+namespace ob = ordo_bench;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+double process_cpu_s() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  auto s = [](const timeval& v) { return static_cast<double>(v.tv_sec) + static_cast<double>(v.tv_usec) * 1e-6; };
+  return s(r.ru_utime) + s(r.ru_stime);
+}
+
+struct Span {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  int worker = -2;  ///< RunContext::worker (-1: ran on the pusher)
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+void usage() {
+  std::fputs(
+      "usage: ordo_w6_breakdown [--runs N] [--ops N] [--work-us X] [--max-in-flight N]\n"
+      "  W6 (default 40000 ops x 10 us) on a default engine, each body timed; per run: the\n"
+      "  speedup over the serial loop, the pusher's CPU time, idle core time, and per worker:\n"
+      "  ops, delay of its first op, body time, gaps between its bodies (median, p90, p99,\n"
+      "  and the part in gaps over 5 us: preemption or sleep rather than engine work)\n",
+      stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 5;
+  std::size_t ops = 40000;
+  double work_us = 10;
+  std::size_t max_in_flight = ordo::Options{}.max_in_flight;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help") {
+      usage();
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      usage();
+      return 2;
+    }
+    const char* v = argv[++i];
+    if (flag == "--runs") {
+      runs = std::atoi(v);
+    } else if (flag == "--ops") {
+      ops = std::strtoull(v, nullptr, 10);
+    } else if (flag == "--work-us") {
+      work_us = std::atof(v);
+    } else if (flag == "--max-in-flight") {
+      max_in_flight = std::strtoull(v, nullptr, 10);
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (runs < 1 || ops < 1 || work_us <= 0) {
+    usage();
+    return 2;
+  }
+  const std::uint32_t spin = ob::calibrate_spin(work_us);
+  const ob::Trace t = ob::make_trace("W6", ops, spin);
+  const auto n = static_cast<std::uint32_t>(t.ops());
+  std::printf("W6 breakdown: %u ops x %.3g us (spin_iters=%u), max_in_flight=%zu, %u hardware threads\n", n, work_us,
+              spin, max_in_flight, std::thread::hardware_concurrency());
+  std::vector<Span> spans(n);
+  int failures = 0;
+  for (int r = 0; r < runs; ++r) {
+    std::vector<std::uint64_t> serial_slots = ob::initial_slots(t.num_vars);
+    const std::int64_t s0 = now_ns();
+    for (std::uint32_t i = 0; i < n; ++i) ob::run_op(t, serial_slots.data(), i);
+    const double serial_s = static_cast<double>(now_ns() - s0) * 1e-9;
+
+    std::fill(spans.begin(), spans.end(), Span{});
+    ordo::Options opts;
+    opts.max_in_flight = max_in_flight;
+    std::vector<std::uint64_t> slots = ob::initial_slots(t.num_vars);
+    double wall_s = 0;
+    double pusher_cpu = 0;
+    double proc_cpu = 0;
+    std::int64_t t0 = 0;
+    unsigned workers = 0;
+    {
+      ordo::Engine engine(opts);
+      workers = engine.options().cpu_workers;
+      std::vector<ordo::Var> vars;
+      vars.reserve(t.num_vars);
+      for (std::uint32_t v = 0; v < t.num_vars; ++v) vars.push_back(engine.new_variable());
+      const ob::Trace* trace = &t;
+      std::uint64_t* sl = slots.data();
+      Span* sp = spans.data();
+      ordo::Var buf[ob::kMaxAccess];
+      const double c0 = thread_cpu_s();
+      const double p0 = process_cpu_s();
+      t0 = now_ns();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const std::uint32_t* a = t.acc.data() + t.begin[i];
+        const std::uint32_t na = t.begin[i + 1] - t.begin[i];
+        const std::uint32_t nr = t.n_reads[i];
+        for (std::uint32_t k = 0; k < na; ++k) buf[k] = vars[a[k]];
+        engine.push_sync(
+            [trace, sl, sp, i](ordo::RunContext rc) {
+              const std::int64_t b = now_ns();
+              ob::run_op(*trace, sl, i);
+              sp[i] = Span{b, now_ns(), rc.worker};
+            },
+            ordo::Context::cpu(), std::span<const ordo::Var>(buf, nr), std::span<const ordo::Var>(buf + nr, na - nr));
+      }
+      engine.wait_for_all();
+      wall_s = static_cast<double>(now_ns() - t0) * 1e-9;
+      pusher_cpu = thread_cpu_s() - c0;
+      proc_cpu = process_cpu_s() - p0;
+    }
+    const bool ok = ob::digest(slots) == ob::digest(serial_slots);
+    failures += ok ? 0 : 1;
+    const double cores = std::thread::hardware_concurrency();
+    std::printf("run %d: serial %.1f ms, ordo %.1f ms, x%.3f%s; pusher CPU %.1f ms; process CPU %.1f ms; idle cores %.1f ms\n",
+                r + 1, serial_s * 1e3, wall_s * 1e3, serial_s / wall_s, ok ? "" : " (RESULT DIFFERS FROM SERIAL)",
+                pusher_cpu * 1e3, proc_cpu * 1e3, std::max(0.0, cores * wall_s - proc_cpu) * 1e3);
+    for (int w = -1; w < static_cast<int>(workers); ++w) {
+      std::vector<const Span*> mine;
+      for (const Span& s : spans) {
+        if (s.worker == w) mine.push_back(&s);
+      }
+      if (mine.empty()) continue;
+      std::sort(mine.begin(), mine.end(), [](const Span* a, const Span* b) { return a->begin < b->begin; });
+      std::vector<double> gaps;
+      double body = 0;
+      double gap_total = 0;
+      double long_gaps = 0;
+      std::size_t n_long = 0;
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        body += static_cast<double>(mine[k]->end - mine[k]->begin) * 1e-6;
+        if (k == 0) continue;
+        const double g = static_cast<double>(mine[k]->begin - mine[k - 1]->end) * 1e-3;  // us
+        gaps.push_back(g);
+        gap_total += g * 1e-3;
+        if (g > 5) {
+          long_gaps += g * 1e-3;
+          ++n_long;
+        }
+      }
+      std::printf("  %-8s %6zu ops, first after %7.1f us, bodies %6.1f ms, gaps %5.1f ms (median %.2f us, p90 %.2f, "
+                  "p99 %.2f; over 5 us: %zu, %.1f ms)\n",
+                  w < 0 ? "pusher" : ("worker " + std::to_string(w)).c_str(), mine.size(),
+                  static_cast<double>(mine.front()->begin - t0) * 1e-3, body, gap_total, percentile(gaps, 0.5),
+                  percentile(gaps, 0.9), percentile(gaps, 0.99), n_long, long_gaps);
+    }
+  }
+  return failures == 0 ? 0 : 3;
+}
