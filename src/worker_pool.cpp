@@ -28,6 +28,7 @@ constexpr std::int64_t kMaxBatch = 16;
 constexpr std::int64_t kKeepNs = 500'000;
 constexpr std::int64_t kKeepOpNs = 20'000;
 constexpr std::uint32_t kKeepProbe = 16;
+static_assert((kKeepProbe & (kKeepProbe - 1)) == 0, "kKeepProbe is used as a mask: a power of two");
 }  // namespace
 
 /// A worker that waited in the ring and delivered what completed there
