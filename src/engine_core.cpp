@@ -341,10 +341,17 @@ bool EngineCore::cpu_starved() const noexcept { return cpu_ != nullptr && cpu_->
 void EngineCore::worker_idle() noexcept {
   // A worker found no work and is about to sleep: a throttled pusher may have
   // to go on (see throttle()). Called on workers only (engine alive).
-  if (throttle_waiters_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard lock(idle_mutex_);
-    idle_cv_.notify_all();
-  }
+  if (throttle_waiters_.load(std::memory_order_seq_cst) > 0) wake_idle_waiters();
+}
+
+void EngineCore::wake_idle_waiters() noexcept {
+  // Only where the engine outlives the call (workers, pushers). Passing
+  // through the mutex orders this wake-up after a waiter's check of the
+  // count (it checks under the mutex), so none is lost; notifying after the
+  // unlock keeps a woken waiter from preempting this thread only to block on
+  // the mutex it still holds and be woken a second time by the unlock.
+  { const std::lock_guard lock(idle_mutex_); }
+  idle_cv_.notify_all();
 }
 
 void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs) {
@@ -1176,10 +1183,7 @@ EngineCore::Call::~Call() {
 
 void EngineCore::subtract_finished(std::int64_t n) noexcept {
   const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
-  if (must_notify(after)) {
-    std::lock_guard lock(idle_mutex_);
-    idle_cv_.notify_all();
-  }
+  if (must_notify(after)) wake_idle_waiters();
 }
 
 void EngineCore::flush_finished() noexcept {

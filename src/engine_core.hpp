@@ -182,6 +182,8 @@ class EngineCore {
   bool must_notify(std::int64_t after) const noexcept;
   std::int64_t held_back_count() const noexcept;
   void subtract_finished(std::int64_t n) noexcept;
+  /// Wakes the idle and throttle waiters; only where the engine outlives the call.
+  void wake_idle_waiters() noexcept;
   bool live(const ErrorRecord* e) const noexcept {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }
