@@ -931,6 +931,9 @@ void EngineCore::execute(OpRecord* op) {
                         samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
                        inline_below_ns_ != 0 && sampled(op);
     const std::int64_t t0 = timed ? now_ns() : 0;
+    // The completion locks these; their lines, last written by the pusher
+    // (its enqueue) or another worker, arrive while the body runs.
+    for (std::uint16_t i = 0; i < op->n_access; ++i) prefetch_for_write(op->access[i].var());
     try {
       fn.invoke_sync(rc);
     } catch (...) {
@@ -1042,6 +1045,7 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
 template <bool Profiled>
 inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
+  for (std::uint16_t i = 0; i < op->n_access; ++i) prefetch_for_write(op->access[i].var());
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
     const AccessNode& a = op->access[i];
     VarRecord* v = a.var();

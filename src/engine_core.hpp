@@ -63,6 +63,7 @@ class EngineCore {
   /// Deletion is checked later, under the variable's lock.
   VarRecord* checked_record(const Var& var) const {
     VarRecord* v = VarRecord::of(var);
+    if (v != nullptr) prefetch_for_write(v);  // the push locks it soon (spin_lock.hpp)
     if (v != nullptr && v->engine == this) [[likely]] return v;
     bad_record(var);
   }

@@ -13,6 +13,22 @@
 
 namespace ordo::detail {
 
+/// Asks for the cache line at `p` in a writable state without waiting for it.
+/// Issued for every variable of an op before the first of their locks is
+/// taken: their lines, last written by another core, then arrive together
+/// rather than one locked exchange after another (each miss ~100 ns on the
+/// W6 workload's 2-core machine), and arrive exclusive, not shared and then
+/// upgraded by the exchange. A hint only: no effect on correctness.
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  // PREFETCHW (a NOP on x86 processors without it); GCC emits it for
+  // __builtin_prefetch only with -mprfchw.
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
