@@ -239,6 +239,15 @@ void WorkerPool::worker_main(int index) {
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
   Keep keep;
   std::uint32_t keep_probe = 0;
+  // A new worker has no work to spin for: it goes to sleep at once. Spinning,
+  // it yields to the thread that creates the engine and pushes (threads are
+  // created on the core the creator does not occupy, all of them on the same
+  // one), for up to kSpinRounds of that core's time slices: a priority
+  // worker that never gets an op held its core that way for ~300 ms of W6,
+  // and a second CPU worker counted as cache-hot there ran its first op
+  // 0.5-5 ms late, beside the first worker, while the pusher's core idled.
+  // Woken from its futex, it is placed on an idle core.
+  bool may_spin = false;
   for (;;) {
     OpRecord* op = nullptr;
     if (ts.inline_head != nullptr) {
@@ -254,7 +263,8 @@ void WorkerPool::worker_main(int index) {
         // Spin for the next op, unless requests are in flight in a ring
         // nobody waits in: then wait there at once, where their completion
         // wakes this thread (spinning, it would steal the core that runs it).
-        if (!ring_says(&IdleRing::pending)) op = spin();
+        if (may_spin && !ring_says(&IdleRing::pending)) op = spin();
+        may_spin = true;
       }
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
