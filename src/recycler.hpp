@@ -9,6 +9,9 @@
 // T needs a `T* next` member, free for the recycler's use while T is free.
 #pragma once
 
+#include "spin_lock.hpp"
+
+#include <algorithm>
 #include <cstddef>
 #include <mutex>
 #include <vector>
@@ -86,6 +89,14 @@ class Recycler {
       head = p->next;
       --count;
       p->next = nullptr;
+      // The next record was most likely freed on another thread (an op
+      // pushed here completes on a worker): ask for its first lines now, so
+      // that they arrive before the next alloc writes them, not during it.
+      if (head != nullptr) {
+        constexpr std::size_t kLines = (std::min<std::size_t>(sizeof(T), 256) + 63) / 64;
+        const char* c = reinterpret_cast<const char*>(head);
+        for (std::size_t i = 0; i < kLines; ++i) prefetch_for_write(c + 64 * i);
+      }
       return p;
     }
 
