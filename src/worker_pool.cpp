@@ -240,13 +240,10 @@ void WorkerPool::worker_main(int index) {
   Keep keep;
   std::uint32_t keep_probe = 0;
   // A new worker has no work to spin for: it goes to sleep at once. Spinning,
-  // it yields to the thread that creates the engine and pushes (threads are
-  // created on the core the creator does not occupy, all of them on the same
-  // one), for up to kSpinRounds of that core's time slices: a priority
-  // worker that never gets an op held its core that way for ~300 ms of W6,
-  // and a second CPU worker counted as cache-hot there ran its first op
-  // 0.5-5 ms late, beside the first worker, while the pusher's core idled.
-  // Woken from its futex, it is placed on an idle core.
+  // it yields for up to kSpinRounds time slices of a core that others need
+  // (an engine's threads start on the core its creator does not occupy, all
+  // on the same one): a priority worker that never got an op in W6 took its
+  // core from a busy CPU worker that way, once per slice, for ~300 ms.
   bool may_spin = false;
   for (;;) {
     OpRecord* op = nullptr;
