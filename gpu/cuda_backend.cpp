@@ -63,6 +63,15 @@ class CudaBackend final : public Backend {
   int device_count() const noexcept override { return devices_; }
   std::string unavailable_reason() const override { return reason_; }
 
+  void before_body(int device) override {
+    ORDO_CUDA_CHECK(cudaSetDevice(device));
+    (void)cudaGetLastError();  // not this body's: a failed call before it already reported its own error
+  }
+  void after_body() override {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) fail(e, "a kernel launch in the op's body (cudaGetLastError)");
+  }
+
   StreamHandle create_stream(int device) override {
     ORDO_CUDA_CHECK(cudaSetDevice(device));
     cudaStream_t s = nullptr;

@@ -803,6 +803,7 @@ Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exceptio
   m.n_ops.fetch_add(1, std::memory_order_relaxed);
   std::vector<Event*> waits;
   try {
+    m.backend->before_body(s->phys);
     {
       std::lock_guard lock(m.fence_mutex);
       auto want = [&](Event* e) {
@@ -833,6 +834,13 @@ Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exceptio
 
 void Runtime::end_op(const Stream& s, const OpPlan& plan, std::exception_ptr& error) noexcept {
   Impl& m = *impl_;
+  // A launch that failed enqueued nothing; what else the body enqueued is
+  // fenced as usual below, and the op fails with the launch's error.
+  try {
+    m.backend->after_body();
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
   Event* ev = nullptr;
   try {
     ev = m.acquire(s.st_->phys);
@@ -1006,6 +1014,12 @@ StreamAwaitable::~StreamAwaitable() {
 
 bool StreamAwaitable::await_ready() {
   Runtime::Impl& m = *s_.rt_->impl_;
+  try {
+    m.backend->after_body();  // a launch the coroutine made before this await failed: rethrown at once
+  } catch (...) {
+    error_ = std::current_exception();
+    return true;
+  }
   ev_ = m.acquire(s_.st_->phys);
   m.record_on(s_.st_, ev_);
   const int st = m.status(ev_);

@@ -56,6 +56,18 @@ class Backend {
   /// Why device_count() is 0 (empty otherwise).
   [[nodiscard]] virtual std::string unavailable_reason() const = 0;
 
+  /// Called on the thread that runs GPU work, just before a GPU op's body:
+  /// makes `device` current for the calling thread (cudaSetDevice, so that a
+  /// body's launches and allocations go to the op's device) and discards a
+  /// launch error an earlier call left on the thread. Default: nothing.
+  virtual void before_body(int device) { (void)device; }
+  /// Just after a body (and before `co_await gpu::on`): throws GpuError for a
+  /// launch error the body left on its thread (cudaGetLastError: an invalid
+  /// configuration, a kernel without an image for this device...). CUDA
+  /// reports such errors only to the launching thread, never through events,
+  /// so without this check a failed launch would read as done. Default: nothing.
+  virtual void after_body() {}
+
   virtual StreamHandle create_stream(int device) = 0;
   /// Waits for the stream's work, then destroys it.
   virtual void destroy_stream(StreamHandle stream) noexcept = 0;
