@@ -3,7 +3,8 @@
 // streams against a host reference (both watch modes), a negative control
 // that proves the trace would catch a missing cudaStreamWaitEvent, launch
 // errors and device faults as op errors with the CUDA error's name, and a
-// coroutine awaiting a kernel. Skipped (shown as skipped) without a device,
+// coroutine awaiting a kernel, memory of a deleted variable reused only after
+// its kernel. Skipped (shown as skipped) without a device,
 // or when the build had no nvcc for the kernels.
 #include <atomic>
 #include <cinttypes>
@@ -253,6 +254,28 @@ TEST(GpuCudaKernelsErrors, DeviceFaultReachesTheCpuConsumerWithItsName) {
         std::exit(name == "cudaErrorIllegalAddress" ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "wait_for_var threw cudaErrorIllegalAddress");
+}
+
+// Memory of a deleted variable goes back to the pool only once the kernel
+// writing it has finished: a 20 ms kernel, then delete_variable, then an
+// allocation of the same size, which must not get that memory.
+TEST(GpuCudaKernelsMemory, DeletedVariableMemoryReusedOnlyAfterItsKernel) {
+  ORDO_NEED_DEVICE();
+  Engine engine(engine_options(EngineKind::per_device));
+  gpu::Runtime rt(engine, gpu::make_cuda_backend(), {.devices = 1});
+  Var x = engine.new_variable();
+  gpu::Buffer b = rt.alloc_device(0, kBytes);
+  void* const old = b.data();
+  rt.push([p = b.as<std::uint32_t>()](const Stream& s) { k::fill(s.handle(), p, kElems, 3U, 20'000'000); },
+          Context::gpu(0), {}, {x});
+  rt.delete_variable(x, b);
+  gpu::Buffer early = rt.alloc_device(0, kBytes);
+  EXPECT_NE(early.data(), old) << "reused while the kernel still writes it";
+  engine.wait_for_all();  // the held delete counts as in flight
+  gpu::Buffer later = rt.alloc_device(0, kBytes);
+  EXPECT_EQ(later.data(), old) << "returned to the pool once its kernel finished";
+  rt.free(early);
+  rt.free(later);
 }
 
 Task<std::uint32_t> lease_and_fill(Engine& engine, gpu::Runtime& rt, Var x, gpu::Buffer d, gpu::Buffer h) {
