@@ -17,6 +17,10 @@ namespace ordo::gpu {
 namespace {
 
 [[noreturn]] void fail(cudaError_t e, const char* call) {
+  // The failed call also left `e` as the thread's last error: reported here,
+  // so a later launch check (Backend::after_body, co_await gpu::on) must not
+  // report it again as a launch's.
+  (void)cudaGetLastError();
   throw GpuError(static_cast<int>(e), cudaGetErrorName(e), std::string(call) + ": " + cudaGetErrorString(e));
 }
 
