@@ -22,6 +22,10 @@ constexpr int kSpinRounds = 256;
 constexpr int kPauseRounds = 32;
 // Most ops a worker takes from the queue at once.
 constexpr std::int64_t kMaxBatch = 16;
+// Slots of a fifo queue's ring at first (a power of two): the default
+// in-flight bound's worth of ready ops fits without growing.
+constexpr std::size_t kFifoInitial = 4096;
+static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is masked: a power of two");
 // Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
 // and only while such ops averaged under kKeepOpNs; one delivery in
 // kKeepProbe is kept anyway.
@@ -70,6 +74,7 @@ void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
 
 WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
     : core_(core), name_(std::move(name)), order_(order) {
+  if (order_ == Order::fifo) fifo_.resize(kFifoInitial);
   threads_.reserve(threads);
   for (unsigned i = 0; i < threads; ++i) {
     threads_.emplace_back([this, i] { worker_main(static_cast<int>(i)); });
@@ -88,13 +93,9 @@ bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
 void WorkerPool::enqueue(OpRecord* op) {
   lock_.lock();
   if (order_ == Order::fifo) {
-    op->next = nullptr;
-    if (tail_ != nullptr) {
-      tail_->next = op;
-    } else {
-      head_ = op;
-    }
-    tail_ = op;
+    if (fifo_count_ == fifo_.size()) [[unlikely]] grow_fifo();
+    fifo_[(fifo_head_ + fifo_count_) & (fifo_.size() - 1)] = op;
+    ++fifo_count_;
   } else {
     op->seq = seq_++;
     heap_.push_back(op);
@@ -110,6 +111,15 @@ void WorkerPool::enqueue(OpRecord* op) {
   const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
   lock_.unlock();
   if (wake) wake_one();
+}
+
+void WorkerPool::grow_fifo() {
+  // Under lock_, rarely: only past the most ops ever queued at once.
+  std::vector<OpRecord*> bigger(fifo_.size() * 2);
+  const std::size_t mask = fifo_.size() - 1;
+  for (std::size_t i = 0; i < fifo_count_; ++i) bigger[i] = fifo_[(fifo_head_ + i) & mask];
+  fifo_.swap(bigger);
+  fifo_head_ = 0;
 }
 
 void WorkerPool::wake_one() {
@@ -192,34 +202,26 @@ bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
 
 OpRecord* WorkerPool::try_pop() {
   ThreadState& ts = t_state;
-  lock_.lock();
+  OpRecord* batch[kMaxBatch];
+  std::int64_t took = 0;
   OpRecord* op = nullptr;
+  lock_.lock();
   if (order_ == Order::fifo) {
-    op = head_;
-    if (op != nullptr) {
+    if (fifo_count_ != 0) {
       // Take a share of the queue at once (at most kMaxBatch): one lock and
-      // one cache-line transfer of the queue head for several ops. The extra
-      // ops go to this worker's local list, in queue order.
-      const std::int64_t queued = size_.load(std::memory_order_relaxed);
-      std::int64_t take = std::min<std::int64_t>(kMaxBatch, queued / static_cast<std::int64_t>(threads_.size()));
-      if (take < 1) take = 1;
-      OpRecord* last = op;
-      for (std::int64_t i = 1; i < take && last->next != nullptr; ++i) last = last->next;
-      head_ = last->next;
-      if (head_ == nullptr) tail_ = nullptr;
-      last->next = nullptr;
-      std::int64_t n = 1;
-      for (OpRecord* p = op->next; p != nullptr; p = p->next) ++n;
-      size_.fetch_sub(n, std::memory_order_relaxed);
-      if (op->next != nullptr && ts.pool == this) {
-        if (ts.inline_tail != nullptr) {
-          ts.inline_tail->next = op->next;
-        } else {
-          ts.inline_head = op->next;
-        }
-        ts.inline_tail = last;
-        op->next = nullptr;
-      }
+      // one cache-line transfer of the queue for several ops. The extra ops
+      // go to this worker's local list, in queue order, linked after the
+      // lock is released.
+      const auto queued = static_cast<std::int64_t>(fifo_count_);
+      took = ts.pool == this ? std::min<std::int64_t>(kMaxBatch, queued / static_cast<std::int64_t>(threads_.size()))
+                             : 1;
+      if (took < 1) took = 1;
+      const std::size_t mask = fifo_.size() - 1;
+      for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
+      fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;
+      fifo_count_ -= static_cast<std::size_t>(took);
+      size_.fetch_sub(took, std::memory_order_relaxed);
+      op = batch[0];
     }
   } else if (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
@@ -228,6 +230,22 @@ OpRecord* WorkerPool::try_pop() {
     size_.fetch_sub(1, std::memory_order_relaxed);
   }
   lock_.unlock();
+  if (took > 1) {
+    // The records were written by whoever queued them: ask for all their
+    // lines at once, then link them (one wait, not one per record).
+    for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
+    for (std::int64_t i = 1; i < took; ++i) {
+      OpRecord* o = batch[i];
+      o->next = nullptr;
+      if (ts.inline_tail != nullptr) {
+        ts.inline_tail->next = o;
+      } else {
+        ts.inline_head = o;
+      }
+      ts.inline_tail = o;
+    }
+  }
+  if (op != nullptr) op->next = nullptr;
   return op;
 }
 

@@ -125,8 +125,15 @@ class WorkerPool {
   Order order_;
 
   SpinLock lock_;
-  OpRecord* head_ = nullptr;       ///< fifo queue (guarded by lock_)
-  OpRecord* tail_ = nullptr;
+  /// The fifo queue: a ring of op pointers, fifo_count_ of them from
+  /// fifo_head_ (guarded by lock_). An array rather than a list through the
+  /// records: a worker takes a batch with a look at one or two cache lines,
+  /// where walking the records to the batch's end missed once per record,
+  /// with the lock held. Grows (doubles) when full; never shrinks.
+  std::vector<OpRecord*> fifo_;
+  std::size_t fifo_head_ = 0;
+  std::size_t fifo_count_ = 0;
+  void grow_fifo();
   std::vector<OpRecord*> heap_;    ///< priority queue (guarded by lock_)
   std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
   /// Ops queued; written under lock_, read without it as a hint by spinning workers.
