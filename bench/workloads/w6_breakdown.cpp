@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,9 @@
 namespace ob = ordo_bench;
 
 namespace {
+
+/// --no-vars bodies' results go here, so that their spin is not optimised away.
+std::atomic<std::uint64_t> sink_{0};
 
 using Clock = std::chrono::steady_clock;
 
@@ -61,11 +65,16 @@ double percentile(std::vector<double> v, double p) {
 
 void usage() {
   std::fputs(
-      "usage: ordo_w6_breakdown [--runs N] [--ops N] [--work-us X] [--max-in-flight N]\n"
+      "usage: ordo_w6_breakdown [--runs N] [--ops N] [--work-us X] [--max-in-flight N] [--no-vars]\n"
       "  W6 (default 40000 ops x 10 us) on a default engine, each body timed; per run: the\n"
       "  speedup over the serial loop, the pusher's CPU time, idle core time, and per worker:\n"
       "  ops, delay of its first op, body time, gaps between its bodies (median, p90, p99,\n"
-      "  and the part in gaps over 5 us: preemption or sleep rather than engine work)\n",
+      "  and the part in gaps over 5 us: preemption or sleep rather than engine work).\n"
+      "  overhead/op: (cores x wall - all bodies) / ops, what the engine, the pusher and idle\n"
+      "  cores cost per op; unlike the speedup it leaves out bodies slowed by other load.\n"
+      "  The last line gives the medians over the runs.\n"
+      "  --no-vars: the same ops and bodies pushed with no variables (the bodies spin only):\n"
+      "  the floor that push, hand-off and wake-ups set without any dependency work\n",
       stderr);
 }
 
@@ -76,11 +85,16 @@ int main(int argc, char** argv) {
   std::size_t ops = 40000;
   double work_us = 10;
   std::size_t max_in_flight = ordo::Options{}.max_in_flight;
+  bool no_vars = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help") {
       usage();
       return 0;
+    }
+    if (flag == "--no-vars") {
+      no_vars = true;
+      continue;
     }
     if (i + 1 >= argc) {
       usage();
@@ -107,14 +121,24 @@ int main(int argc, char** argv) {
   const std::uint32_t spin = ob::calibrate_spin(work_us);
   const ob::Trace t = ob::make_trace("W6", ops, spin);
   const auto n = static_cast<std::uint32_t>(t.ops());
-  std::printf("W6 breakdown: %u ops x %.3g us (spin_iters=%u), max_in_flight=%zu, %u hardware threads\n", n, work_us,
-              spin, max_in_flight, std::thread::hardware_concurrency());
+  std::printf("W6 breakdown%s: %u ops x %.3g us (spin_iters=%u), max_in_flight=%zu, %u hardware threads\n",
+              no_vars ? " (no variables: the bodies only spin)" : "", n, work_us, spin, max_in_flight,
+              std::thread::hardware_concurrency());
+  // --no-vars: a body that only spins (touching no slot, since nothing orders them).
+  auto run_body = [&t, no_vars](std::uint64_t* sl, std::uint32_t i) {
+    if (no_vars) {
+      sink_ += ob::busy_work(i, t.spin_iters);
+    } else {
+      ob::run_op(t, sl, i);
+    }
+  };
+  std::vector<double> speedups, overheads;
   std::vector<Span> spans(n);
   int failures = 0;
   for (int r = 0; r < runs; ++r) {
     std::vector<std::uint64_t> serial_slots = ob::initial_slots(t.num_vars);
     const std::int64_t s0 = now_ns();
-    for (std::uint32_t i = 0; i < n; ++i) ob::run_op(t, serial_slots.data(), i);
+    for (std::uint32_t i = 0; i < n; ++i) run_body(serial_slots.data(), i);
     const double serial_s = static_cast<double>(now_ns() - s0) * 1e-9;
 
     std::fill(spans.begin(), spans.end(), Span{});
@@ -132,7 +156,6 @@ int main(int argc, char** argv) {
       std::vector<ordo::Var> vars;
       vars.reserve(t.num_vars);
       for (std::uint32_t v = 0; v < t.num_vars; ++v) vars.push_back(engine.new_variable());
-      const ob::Trace* trace = &t;
       std::uint64_t* sl = slots.data();
       Span* sp = spans.data();
       ordo::Var buf[ob::kMaxAccess];
@@ -145,24 +168,31 @@ int main(int argc, char** argv) {
         const std::uint32_t nr = t.n_reads[i];
         for (std::uint32_t k = 0; k < na; ++k) buf[k] = vars[a[k]];
         engine.push_sync(
-            [trace, sl, sp, i](ordo::RunContext rc) {
+            [&run_body, sl, sp, i](ordo::RunContext rc) {
               const std::int64_t b = now_ns();
-              ob::run_op(*trace, sl, i);
+              run_body(sl, i);
               sp[i] = Span{b, now_ns(), rc.worker};
             },
-            ordo::Context::cpu(), std::span<const ordo::Var>(buf, nr), std::span<const ordo::Var>(buf + nr, na - nr));
+            ordo::Context::cpu(), std::span<const ordo::Var>(buf, no_vars ? 0 : nr),
+            std::span<const ordo::Var>(buf + nr, no_vars ? 0 : na - nr));
       }
       engine.wait_for_all();
       wall_s = static_cast<double>(now_ns() - t0) * 1e-9;
       pusher_cpu = thread_cpu_s() - c0;
       proc_cpu = process_cpu_s() - p0;
     }
-    const bool ok = ob::digest(slots) == ob::digest(serial_slots);
+    const bool ok = no_vars || ob::digest(slots) == ob::digest(serial_slots);
     failures += ok ? 0 : 1;
     const double cores = std::thread::hardware_concurrency();
-    std::printf("run %d: serial %.1f ms, ordo %.1f ms, x%.3f%s; pusher CPU %.1f ms; process CPU %.1f ms; idle cores %.1f ms\n",
+    double bodies_s = 0;
+    for (const Span& s : spans) bodies_s += static_cast<double>(s.end - s.begin) * 1e-9;
+    const double overhead_us = (cores * wall_s - bodies_s) / n * 1e6;
+    speedups.push_back(serial_s / wall_s);
+    overheads.push_back(overhead_us);
+    std::printf("run %d: serial %.1f ms, ordo %.1f ms, x%.3f%s; pusher CPU %.1f ms; process CPU %.1f ms; idle cores %.1f ms; "
+                "overhead/op %.3f us\n",
                 r + 1, serial_s * 1e3, wall_s * 1e3, serial_s / wall_s, ok ? "" : " (RESULT DIFFERS FROM SERIAL)",
-                pusher_cpu * 1e3, proc_cpu * 1e3, std::max(0.0, cores * wall_s - proc_cpu) * 1e3);
+                pusher_cpu * 1e3, proc_cpu * 1e3, std::max(0.0, cores * wall_s - proc_cpu) * 1e3, overhead_us);
     for (int w = -1; w < static_cast<int>(workers); ++w) {
       std::vector<const Span*> mine;
       for (const Span& s : spans) {
@@ -193,5 +223,7 @@ int main(int argc, char** argv) {
                   percentile(gaps, 0.9), percentile(gaps, 0.99), n_long, long_gaps);
     }
   }
+  std::printf("median of %d runs: x%.3f, overhead/op %.3f us\n", runs, percentile(speedups, 0.5),
+              percentile(overheads, 0.5));
   return failures == 0 ? 0 : 3;
 }
