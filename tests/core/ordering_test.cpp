@@ -178,6 +178,29 @@ TEST(OrderingPolicy, FifoWherePriorityIsNotHonoured) {
   EXPECT_EQ(log.events(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
+TEST(OrderingPolicy, FifoHoldsWhileTheQueueWrapsAndGrows) {
+  // The CPU pool's queue is a ring of 4096 slots that doubles when full.
+  // One worker, held by a gate while ready ops queue behind it: the first
+  // round leaves the ring's start mid-array, the second then queues 10000
+  // (wrapping, and growing twice while wrapped); both run in push order.
+  // Work first off and no bound, so every op is queued, none run inline.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0, .inline_below_ns = 0});
+  for (const int ops : {3000, 10000}) {
+    Gate gate;
+    Counter started;
+    engine.push_sync([&] { started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {});
+    ASSERT_TRUE(started.wait_for(1));
+    std::vector<int> order;  // written by the single worker only
+    order.reserve(static_cast<std::size_t>(ops));
+    for (int i = 0; i < ops; ++i) engine.push_sync([&order, i] { order.push_back(i); }, Context::cpu(), {}, {});
+    EXPECT_EQ(engine.in_flight(), static_cast<std::size_t>(ops) + 1) << "ops ran before the gate opened";
+    gate.open();
+    engine.wait_for_all();
+    ASSERT_EQ(order.size(), static_cast<std::size_t>(ops));
+    for (int i = 0; i < ops; ++i) ASSERT_EQ(order[static_cast<std::size_t>(i)], i) << "round of " << ops;
+  }
+}
+
 TEST(OrderingPolicy, NaiveRunsInlineInPushOrder) {
   Engine engine(Options{.kind = EngineKind::naive});
   Var v = engine.new_variable();
