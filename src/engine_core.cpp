@@ -765,13 +765,7 @@ void EngineCore::run_later(OpRecord* op) {
   }
   // Already running ops on this thread: run it after the current one (a
   // trampoline, so completion cascades never deepen the stack).
-  op->next = nullptr;
-  if (ts.inline_tail != nullptr) {
-    ts.inline_tail->next = op;
-  } else {
-    ts.inline_head = op;
-  }
-  ts.inline_tail = op;
+  ts.append_inline(op);
 }
 
 bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {

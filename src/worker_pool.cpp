@@ -234,16 +234,7 @@ OpRecord* WorkerPool::try_pop() {
     // The records were written by whoever queued them: ask for all their
     // lines at once, then link them (one wait, not one per record).
     for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
-    for (std::int64_t i = 1; i < took; ++i) {
-      OpRecord* o = batch[i];
-      o->next = nullptr;
-      if (ts.inline_tail != nullptr) {
-        ts.inline_tail->next = o;
-      } else {
-        ts.inline_head = o;
-      }
-      ts.inline_tail = o;
-    }
+    for (std::int64_t i = 1; i < took; ++i) ts.append_inline(batch[i]);
   }
   if (op != nullptr) op->next = nullptr;
   return op;

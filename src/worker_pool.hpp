@@ -35,6 +35,8 @@ struct ThreadState {
   int depth = 0;                 ///< >0 while the thread drains inline work
   OpRecord* inline_head = nullptr;  ///< ops to run inline once the current one is done
   OpRecord* inline_tail = nullptr;
+  /// Appends `op` to the inline list (it runs after those already there).
+  void append_inline(OpRecord* op) noexcept;
   /// Workers: ops finished but not yet subtracted from the engine's in-flight
   /// count (flushed in batches, and whenever the worker runs out of work).
   std::int64_t finished = 0;
@@ -55,6 +57,16 @@ struct ThreadState {
 // constinit: no dynamic initialisation, so other translation units reach it
 // without a call to its TLS init function (the direct path reads it 3 times a push).
 extern constinit thread_local ThreadState t_state;
+
+inline void ThreadState::append_inline(OpRecord* op) noexcept {
+  op->next = nullptr;
+  if (inline_tail != nullptr) {
+    inline_tail->next = op;
+  } else {
+    inline_head = op;
+  }
+  inline_tail = op;
+}
 
 /// Worker threads with one shared ready queue, FIFO or by priority.
 ///
