@@ -68,7 +68,7 @@ void cleanup_op(OpRecord* op) noexcept {
 // Construction and shutdown
 
 EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
-  if (opts_.cpu_workers == 0) opts_.cpu_workers = std::max(1U, std::thread::hardware_concurrency());
+  if (opts_.cpu_workers == 0) opts_.cpu_workers = usable_cpus();
   if (opts_.kind == EngineKind::per_device && (opts_.gpu_compute_workers == 0 || opts_.gpu_copy_workers == 0)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }

@@ -1,7 +1,11 @@
 // src/options.cpp - Options::from_env, the one place that reads the environment.
+#include <sched.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "ordo/error.hpp"
 #include "ordo/options.hpp"
@@ -18,6 +22,17 @@ std::string_view to_string(EngineKind k) noexcept {
       return "per_device";
   }
   return "unknown";
+}
+
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  // A mask wider than cpu_set_t (over 1024 CPUs) or none readable.
+  return std::max(1U, std::thread::hardware_concurrency());
 }
 
 namespace {

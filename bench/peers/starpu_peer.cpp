@@ -10,6 +10,7 @@
 // every task and starpu_task_wait_for_all. Submission is throttled as ordo's
 // default backpressure is (STARPU_LIMIT_MAX_SUBMITTED_TASKS = 4096), unless
 // the environment says otherwise.
+#include <sched.h>
 #include <starpu.h>
 
 #include <chrono>
@@ -47,7 +48,12 @@ unsigned init(const Args&) {
   setenv("STARPU_LIMIT_MIN_SUBMITTED_TASKS", "2048", 0);
   starpu_conf conf;
   starpu_conf_init(&conf);
-  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
+  // The CPUs this process may use, as ordo's default (ordo::usable_cpus()).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const unsigned cores = ::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
+                             ? static_cast<unsigned>(CPU_COUNT(&set))
+                             : std::max(1U, std::thread::hardware_concurrency());
   conf.ncpus = static_cast<int>(cores);
   conf.ncuda = 0;
   conf.nopencl = 0;

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <thread>
 
+#include <ordo/options.hpp>
+
 namespace ordo_bench {
 
 namespace {
@@ -466,7 +468,8 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
 
   out << "## Run\n\n"
       << "- date: " << info.started << "\n"
-      << "- machine: " << std::thread::hardware_concurrency() << " hardware threads (nproc), CPU: " << cpu_model()
+      << "- machine: " << std::thread::hardware_concurrency() << " hardware threads, " << ordo::usable_cpus()
+      << " usable by this process (affinity), CPU: " << cpu_model()
       << ", memory: " << mem_total() << ", " << kernel() << "\n"
       << "- compiler: GCC-compatible " << __VERSION__
 #ifdef NDEBUG

@@ -36,7 +36,7 @@ struct RunResult {
 /// per core with no dependencies and no engine; returns its seconds. Threads
 /// start before timing and are released together.
 double run_split(const Trace& t) {
-  const unsigned threads = std::max(1U, std::thread::hardware_concurrency());
+  const unsigned threads = ordo::usable_cpus();  // as many as ordo's default workers
   const auto n = static_cast<std::uint32_t>(t.ops());
   std::vector<std::uint64_t> sinks(std::size_t{threads} * 8);  // a cache line each
   std::latch start(1);

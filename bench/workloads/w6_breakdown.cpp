@@ -121,9 +121,9 @@ int main(int argc, char** argv) {
   const std::uint32_t spin = ob::calibrate_spin(work_us);
   const ob::Trace t = ob::make_trace("W6", ops, spin);
   const auto n = static_cast<std::uint32_t>(t.ops());
-  std::printf("W6 breakdown%s: %u ops x %.3g us (spin_iters=%u), max_in_flight=%zu, %u hardware threads\n",
+  std::printf("W6 breakdown%s: %u ops x %.3g us (spin_iters=%u), max_in_flight=%zu, %u usable CPUs\n",
               no_vars ? " (no variables: the bodies only spin)" : "", n, work_us, spin, max_in_flight,
-              std::thread::hardware_concurrency());
+              ordo::usable_cpus());
   // --no-vars: a body that only spins (touching no slot, since nothing orders them).
   auto run_body = [&t, no_vars](std::uint64_t* sl, std::uint32_t i) {
     if (no_vars) {
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     }
     const bool ok = no_vars || ob::digest(slots) == ob::digest(serial_slots);
     failures += ok ? 0 : 1;
-    const double cores = std::thread::hardware_concurrency();
+    const double cores = ordo::usable_cpus();
     double bodies_s = 0;
     for (const Span& s : spans) bodies_s += static_cast<double>(s.end - s.begin) * 1e-9;
     const double overhead_us = (cores * wall_s - bodies_s) / n * 1e6;

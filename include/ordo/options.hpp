@@ -18,6 +18,13 @@ enum class EngineKind {
 
 [[nodiscard]] std::string_view to_string(EngineKind k) noexcept;
 
+/// The CPUs the calling thread may run on: its affinity mask, which taskset,
+/// cpusets and container CPU sets restrict (std::thread::hardware_concurrency
+/// counts every CPU of the machine), or hardware_concurrency where the mask
+/// cannot be read; at least 1. Options::cpu_workers = 0 means this many.
+/// A CPU time quota (cgroup cpu.max) is not a CPU set and is not counted.
+[[nodiscard]] unsigned usable_cpus() noexcept;
+
 /// An error that no wait ever rethrew, reported when the engine is destroyed
 /// (or an async op that never completed before shutdown_timeout).
 struct ErrorReport {
@@ -44,7 +51,7 @@ struct ProfileOptions {
 /// the per-device engine with one CPU worker per core.
 struct Options {
   EngineKind kind = EngineKind::per_device;
-  unsigned cpu_workers = 0;            ///< 0: one per hardware thread
+  unsigned cpu_workers = 0;            ///< 0: one per CPU the creating thread may use (usable_cpus())
   unsigned cpu_priority_workers = 1;   ///< per_device: workers of the priority pool
   unsigned io_workers = 1;             ///< pooled: workers of the I/O (copy) pool
   unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device

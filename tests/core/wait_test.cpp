@@ -1,5 +1,7 @@
 // wait_for_var / wait_for_all semantics, versions, variable and operator
 // deletion, backpressure, shutdown drain.
+#include <sched.h>
+
 #include <atomic>
 #include <future>
 #include <memory>
@@ -370,6 +372,35 @@ TEST(Shutdown, DestructorDrainsEveryPushedOp) {
     }  // no wait: the destructor drains
     EXPECT_GE(ran.load(), 1000) << cfg.label;
   }
+}
+
+TEST(Options, DefaultWorkersAreTheCpusTheCreatorMayUse) {
+  // Affinity is per thread: a helper thread narrows its own mask to one CPU
+  // (as taskset or a container's CPU set would) and creates engines there;
+  // std::thread::hardware_concurrency() would still count every CPU.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  EXPECT_EQ(usable_cpus(), static_cast<unsigned>(CPU_COUNT(&mine)));
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  std::thread narrowed([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    EXPECT_EQ(usable_cpus(), 1U);
+    Engine engine;
+    EXPECT_EQ(engine.options().cpu_workers, 1U) << "default workers ignored the affinity mask";
+    Engine explicit_count(Options{.cpu_workers = 3});
+    EXPECT_EQ(explicit_count.options().cpu_workers, 3U);
+    Var v = engine.new_variable();
+    int runs = 0;
+    for (int i = 0; i < 100; ++i) engine.push_sync([&runs] { ++runs; }, Context::cpu(), {}, {v});
+    engine.wait_for_all();
+    EXPECT_EQ(runs, 100);
+  });
+  narrowed.join();
 }
 
 TEST(Options, FromEnvReadsOnlyNamedVariables) {
