@@ -167,15 +167,15 @@ const std::vector<EngineSpec>& all_engines() {
     using ordo::EngineKind;
     std::vector<EngineSpec> e;
     e.push_back({"serial", std::nullopt, "the trace replayed in a plain loop on the calling thread"});
-    e.push_back({"ordo", ordo::Options{}, "ordo::Options{}: per_device, one CPU worker per hardware thread"});
+    e.push_back({"ordo", ordo::Options{}, "ordo::Options{}: per_device, one CPU worker per usable CPU"});
     e.push_back({"ordo-1w", ordo::Options{.kind = EngineKind::per_device, .cpu_workers = 1},
                  "per_device, cpu_workers = 1"});
     e.push_back({"ordo-2w", ordo::Options{.kind = EngineKind::per_device, .cpu_workers = 2},
                  "per_device, cpu_workers = 2"});
     e.push_back({"ordo-pooled", ordo::Options{.kind = EngineKind::pooled},
-                 "pooled, one CPU worker per hardware thread"});
+                 "pooled, one CPU worker per usable CPU"});
     e.push_back({"ordo-offload", ordo::Options{.kind = EngineKind::per_device, .inline_below_ns = 0},
-                 "per_device, one CPU worker per hardware thread, work first off (inline_below_ns = 0: "
+                 "per_device, one CPU worker per usable CPU, work first off (inline_below_ns = 0: "
                  "every op goes to a worker)"});
     e.push_back({"ordo-naive", ordo::Options{.kind = EngineKind::naive},
                  "naive: every op runs inline on the thread that makes it ready"});
@@ -197,7 +197,7 @@ const std::vector<EngineSpec>& all_engines() {
          "the same, graph construction included in the timed region");
     peer("starpu", "ordo_peer_starpu", {}, "libstarpu-dev",
          "StarPU 1.3: one registered variable handle per variable, one task per op with STARPU_R / "
-         "STARPU_RW accesses, CPU workers only (one per hardware thread), scheduler eager");
+         "STARPU_RW accesses, CPU workers only (one per usable CPU), scheduler eager");
     return e;
   }();
   return engines;
