@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <utility>
 
 #include "engine_core.hpp"
@@ -93,7 +96,7 @@ bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
 void WorkerPool::enqueue(OpRecord* op) {
   lock_.lock();
   if (order_ == Order::fifo) {
-    if (fifo_count_ == fifo_.size()) [[unlikely]] grow_fifo();
+    while (fifo_count_ == fifo_.size()) [[unlikely]] grow_fifo();
     fifo_[(fifo_head_ + fifo_count_) & (fifo_.size() - 1)] = op;
     ++fifo_count_;
   } else {
@@ -113,9 +116,24 @@ void WorkerPool::enqueue(OpRecord* op) {
   if (wake) wake_one();
 }
 
-void WorkerPool::grow_fifo() {
-  // Under lock_, rarely: only past the most ops ever queued at once.
-  std::vector<OpRecord*> bigger(fifo_.size() * 2);
+void WorkerPool::grow_fifo() noexcept {
+  // Called and returns with lock_ held; rarely: only past the most ops ever
+  // queued at once. The new ring is allocated with the lock released (other
+  // threads keep queueing and taking meanwhile; if one of them grew it
+  // first, the caller's loop looks again). The op being queued is counted
+  // in flight already, so there is no way back: out of memory here ends
+  // the process with a message, as a lost op would hang its waiters.
+  const std::size_t want = fifo_.size() * 2;
+  lock_.unlock();
+  std::vector<OpRecord*> bigger;
+  try {
+    bigger.resize(want);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ordo: out of memory growing the %s pool's ready queue to %zu ops\n", name_.c_str(), want);
+    std::abort();
+  }
+  lock_.lock();
+  if (fifo_.size() * 2 != want) return;  // grown meanwhile
   const std::size_t mask = fifo_.size() - 1;
   for (std::size_t i = 0; i < fifo_count_; ++i) bigger[i] = fifo_[(fifo_head_ + i) & mask];
   fifo_.swap(bigger);

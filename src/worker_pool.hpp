@@ -145,7 +145,7 @@ class WorkerPool {
   std::vector<OpRecord*> fifo_;
   std::size_t fifo_head_ = 0;
   std::size_t fifo_count_ = 0;
-  void grow_fifo();
+  void grow_fifo() noexcept;
   std::vector<OpRecord*> heap_;    ///< priority queue (guarded by lock_)
   std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
   /// Ops queued; written under lock_, read without it as a hint by spinning workers.

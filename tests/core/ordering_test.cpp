@@ -201,6 +201,38 @@ TEST(OrderingPolicy, FifoHoldsWhileTheQueueWrapsAndGrows) {
   }
 }
 
+TEST(OrderingPolicy, ConcurrentPushersGrowTheQueueWithoutLosingOrder) {
+  // Four threads queue ready ops behind one gated worker at once, so the
+  // ring grows (8x) while others queue: each op runs exactly once, and each
+  // pusher's ops in its push order.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0, .inline_below_ns = 0});
+  Gate gate;
+  Counter started;
+  engine.push_sync([&] { started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {});
+  ASSERT_TRUE(started.wait_for(1));
+  constexpr int kThreads = 4;
+  constexpr int kEach = 8000;
+  std::vector<std::vector<int>> seen(kThreads);  // written by the single worker only
+  {
+    std::vector<std::jthread> pushers;
+    for (int t = 0; t < kThreads; ++t) {
+      pushers.emplace_back([&, t] {
+        for (int i = 0; i < kEach; ++i) {
+          engine.push_sync([&seen, t, i] { seen[static_cast<std::size_t>(t)].push_back(i); }, Context::cpu(), {}, {});
+        }
+      });
+    }
+  }
+  EXPECT_EQ(engine.in_flight(), static_cast<std::size_t>(kThreads * kEach) + 1) << "ops ran before the gate opened";
+  gate.open();
+  engine.wait_for_all();
+  for (int t = 0; t < kThreads; ++t) {
+    const auto& v = seen[static_cast<std::size_t>(t)];
+    ASSERT_EQ(v.size(), static_cast<std::size_t>(kEach)) << "pusher " << t;
+    for (int i = 0; i < kEach; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i) << "pusher " << t;
+  }
+}
+
 TEST(OrderingPolicy, NaiveRunsInlineInPushOrder) {
   Engine engine(Options{.kind = EngineKind::naive});
   Var v = engine.new_variable();
