@@ -202,13 +202,9 @@ TEST(GpuCudaKernelsErrors, LaunchErrorIsAnOpErrorWithItsName) {
   rt.push([](const Stream& s) { k::bad_launch(s.handle()); }, Context::gpu(0), {}, {x});
   bool consumer_ran = false;
   engine.push_sync([&] { consumer_ran = true; }, Context::cpu(), {x}, {});
-  try {
-    engine.wait_for_var(x);
-    FAIL() << "a refused launch must fail its op";
-  } catch (const gpu::GpuError& e) {
-    EXPECT_EQ(e.name(), k::bad_launch_error_name()) << e.what();
-    EXPECT_NE(e.name(), "cudaSuccess");
-  }
+  const std::string name = gpu_error_name([&] { engine.wait_for_var(x); }, "a refused launch must fail its op");
+  EXPECT_EQ(name, k::bad_launch_error_name());
+  EXPECT_NE(name, "cudaSuccess");
   // The error is the op's alone: the next GPU op on this worker's thread runs.
   gpu::Buffer d = rt.alloc_device(0, kBytes), h = rt.alloc_host(kBytes);
   rt.push([&](const Stream& s) { k::fill(s.handle(), d.as<std::uint32_t>(), kElems, 5U, 0U); }, Context::gpu(0), {},
@@ -312,12 +308,8 @@ TEST(GpuCudaKernelsCoroutine, LaunchErrorIsRethrownByTheAwait) {
   ORDO_NEED_DEVICE();
   Engine engine(engine_options(EngineKind::per_device));
   gpu::Runtime rt(engine, gpu::make_cuda_backend(), {.devices = 1});
-  try {
-    sync_wait(launch_badly(rt));
-    FAIL() << "co_await gpu::on after a refused launch must throw";
-  } catch (const gpu::GpuError& e) {
-    EXPECT_EQ(e.name(), k::bad_launch_error_name());
-  }
+  EXPECT_EQ(gpu_error_name([&] { sync_wait(launch_badly(rt)); }, "co_await gpu::on after a refused launch must throw"),
+            k::bad_launch_error_name());
   engine.wait_for_all();
 }
 

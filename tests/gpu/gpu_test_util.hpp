@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ordo/engine.hpp"
@@ -29,6 +30,19 @@ inline Options engine_options(EngineKind kind) {
   o.gpu_compute_workers = 2;
   o.shutdown_timeout = std::chrono::seconds(30);
   return o;
+}
+
+/// The name of the gpu::GpuError that `f` throws; "" and a test failure
+/// saying `why` if it throws none.
+template <class F>
+std::string gpu_error_name(F&& f, const char* why) {
+  try {
+    std::forward<F>(f)();
+  } catch (const gpu::GpuError& e) {
+    return e.name();
+  }
+  ADD_FAILURE() << why;
+  return {};
 }
 
 /// The engine kind's name, for test names and printed seeds.

@@ -68,12 +68,8 @@ TEST_P(GpuLaunchError, FailsItsOpAndConsumersOnly) {
   }, Context::gpu(1), {}, {x});
   bool consumer_ran = false;
   engine.push_sync([&] { consumer_ran = true; }, Context::cpu(), {x}, {});
-  try {
-    engine.wait_for_var(x);
-    FAIL() << "a refused launch must fail its op";
-  } catch (const gpu::GpuError& e) {
-    EXPECT_EQ(e.name(), "simErrorInvalidConfiguration");
-  }
+  EXPECT_EQ(gpu_error_name([&] { engine.wait_for_var(x); }, "a refused launch must fail its op"),
+            "simErrorInvalidConfiguration");
   // The next GPU op (perhaps on the same thread) is not charged with it.
   int value = 0;
   rt.push([&](const Stream& s) { s.host_task([&] { value = 4; }); }, Context::gpu(0), {}, {y});
@@ -114,12 +110,8 @@ Task<void> launch_then_await(gpu::Runtime& rt) {
 TEST(GpuLaunchErrorCoroutine, AwaitRethrowsIt) {
   Engine engine(engine_options(EngineKind::per_device));
   gpu::Runtime rt(engine, std::make_unique<LaunchErrorBackend>(), {.devices = 1});
-  try {
-    sync_wait(launch_then_await(rt));
-    FAIL() << "co_await gpu::on after a refused launch must throw";
-  } catch (const gpu::GpuError& e) {
-    EXPECT_EQ(e.name(), "simErrorInvalidConfiguration");
-  }
+  EXPECT_EQ(gpu_error_name([&] { sync_wait(launch_then_await(rt)); }, "co_await gpu::on after a refused launch must throw"),
+            "simErrorInvalidConfiguration");
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, GpuLaunchError,
