@@ -76,8 +76,7 @@ class Recycler {
   struct Cache {
     T* head = nullptr;
     std::size_t count = 0;
-    T* sealed = nullptr;  ///< a chain set aside (kBatch records, or what a refill brought), or null
-    std::size_t sealed_count = 0;
+    T* sealed = nullptr;  ///< a chain of kBatch records set aside, or null
 
     Cache() = default;
     Cache(const Cache&) = delete;
@@ -88,7 +87,7 @@ class Recycler {
       Global& g = global();
       std::lock_guard lock(g.mutex);
       if (head != nullptr) g.chains.push_back({head, count});
-      if (sealed != nullptr) g.chains.push_back({sealed, sealed_count});
+      if (sealed != nullptr) g.chains.push_back({sealed, kBatch});
     }
 
     T* pop() noexcept {
@@ -109,25 +108,24 @@ class Recycler {
 
     /// The list has reached kBatch: set it aside whole; one set aside
     /// already goes to the shared stack.
+    /// (No chain is longer than kBatch, so the list is exactly kBatch here.)
     void seal() {
-      const Chain give{sealed, sealed_count};
+      T* give = sealed;
       sealed = head;
-      sealed_count = count;
       head = nullptr;
       count = 0;
-      if (give.head == nullptr) return;
+      if (give == nullptr) return;
       Global& g = global();
       std::lock_guard lock(g.mutex);
-      g.chains.push_back(give);
+      g.chains.push_back({give, kBatch});
     }
 
     /// The list is empty: take the chain set aside, or one from the shared stack.
     void unseal_or_refill() {
       if (sealed != nullptr) {
         head = sealed;
-        count = sealed_count;
+        count = kBatch;
         sealed = nullptr;
-        sealed_count = 0;
         return;
       }
       refill();

@@ -96,9 +96,8 @@ bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
 void WorkerPool::enqueue(OpRecord* op) {
   lock_.lock();
   if (order_ == Order::fifo) {
-    while (fifo_count_ == fifo_.size()) [[unlikely]] grow_fifo();
-    fifo_[(fifo_head_ + fifo_count_) & (fifo_.size() - 1)] = op;
-    ++fifo_count_;
+    while (queued_locked() == fifo_.size()) [[unlikely]] grow_fifo();
+    fifo_[(fifo_head_ + queued_locked()) & (fifo_.size() - 1)] = op;
   } else {
     op->seq = seq_++;
     heap_.push_back(op);
@@ -135,7 +134,7 @@ void WorkerPool::grow_fifo() noexcept {
   lock_.lock();
   if (fifo_.size() * 2 != want) return;  // grown meanwhile
   const std::size_t mask = fifo_.size() - 1;
-  for (std::size_t i = 0; i < fifo_count_; ++i) bigger[i] = fifo_[(fifo_head_ + i) & mask];
+  for (std::size_t i = 0, n = queued_locked(); i < n; ++i) bigger[i] = fifo_[(fifo_head_ + i) & mask];
   fifo_.swap(bigger);
   fifo_head_ = 0;
 }
@@ -225,19 +224,18 @@ OpRecord* WorkerPool::try_pop() {
   OpRecord* op = nullptr;
   lock_.lock();
   if (order_ == Order::fifo) {
-    if (fifo_count_ != 0) {
+    if (const std::size_t queued = queued_locked(); queued != 0) {
       // Take a share of the queue at once (at most kMaxBatch): one lock and
       // one cache-line transfer of the queue for several ops. The extra ops
       // go to this worker's local list, in queue order, linked after the
       // lock is released.
-      const auto queued = static_cast<std::int64_t>(fifo_count_);
-      took = ts.pool == this ? std::min<std::int64_t>(kMaxBatch, queued / static_cast<std::int64_t>(threads_.size()))
+      took = ts.pool == this ? std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) /
+                                                                     static_cast<std::int64_t>(threads_.size()))
                              : 1;
       if (took < 1) took = 1;
       const std::size_t mask = fifo_.size() - 1;
       for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
       fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;
-      fifo_count_ -= static_cast<std::size_t>(took);
       size_.fetch_sub(took, std::memory_order_relaxed);
       op = batch[0];
     }

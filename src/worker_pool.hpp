@@ -137,14 +137,17 @@ class WorkerPool {
   Order order_;
 
   SpinLock lock_;
-  /// The fifo queue: a ring of op pointers, fifo_count_ of them from
+  /// The fifo queue: a ring of op pointers, size_ of them from
   /// fifo_head_ (guarded by lock_). An array rather than a list through the
   /// records: a worker takes a batch with a look at one or two cache lines,
   /// where walking the records to the batch's end missed once per record,
   /// with the lock held. Grows (doubles) when full; never shrinks.
   std::vector<OpRecord*> fifo_;
   std::size_t fifo_head_ = 0;
-  std::size_t fifo_count_ = 0;
+  /// Ops queued, read under lock_ (where size_ is exact: only the lock's holder writes it).
+  [[nodiscard]] std::size_t queued_locked() const noexcept {
+    return static_cast<std::size_t>(size_.load(std::memory_order_relaxed));
+  }
   void grow_fifo() noexcept;
   std::vector<OpRecord*> heap_;    ///< priority queue (guarded by lock_)
   std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
