@@ -77,6 +77,10 @@ void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
 
 WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
     : core_(core), name_(std::move(name)), order_(order) {
+  static_assert(sizeof(SpinLock) + sizeof(fifo_) + sizeof(fifo_head_) + sizeof(size_) + sizeof(sleepers_) +
+                        sizeof(spinning_) <=
+                    64,
+                "the queue's hot fields fit one cache line (worker_pool.hpp)");
   if (order_ == Order::fifo) fifo_.resize(kFifoInitial);
   threads_.reserve(threads);
   for (unsigned i = 0; i < threads; ++i) {
@@ -103,7 +107,8 @@ void WorkerPool::enqueue(OpRecord* op) {
     heap_.push_back(op);
     std::push_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
   }
-  size_.fetch_add(1, std::memory_order_relaxed);
+  // Only the lock's holder writes size_: a load and a store, no locked add.
+  size_.store(size_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Read the worker counts inside the critical section. A worker changes them
   // (seq_cst) before its last try_pop(), which takes this lock: if that
   // try_pop runs after this section it finds the op; if before, its change
@@ -236,14 +241,14 @@ OpRecord* WorkerPool::try_pop() {
       const std::size_t mask = fifo_.size() - 1;
       for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
       fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;
-      size_.fetch_sub(took, std::memory_order_relaxed);
+      size_.store(static_cast<std::int64_t>(queued) - took, std::memory_order_relaxed);
       op = batch[0];
     }
   } else if (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
     op = heap_.back();
     heap_.pop_back();
-    size_.fetch_sub(1, std::memory_order_relaxed);
+    size_.store(size_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
   lock_.unlock();
   if (took > 1) {
