@@ -60,7 +60,7 @@ struct Options {
   /// counting async ops whose body has started: they wait on something
   /// outside the engine, such as I/O or a coroutine holding a lease): a
   /// pushing thread blocks, so a pusher far ahead of the workers keeps memory
-  /// flat (an op record is ~224 bytes). While work first times the ops as
+  /// flat (an op record is 256 bytes). While work first times the ops as
   /// short, a pusher is held at 256 ops in flight (until a full drain); as
   /// long (2.4 us or more on average, inline_below_ns != 0), at a soft window
   /// of 256 (resumed at 128) while every CPU worker has work, going on

@@ -97,10 +97,16 @@ struct DirectRun {
 /// moment push() succeeds until its completion, then returned by op_free().
 /// Records are recycled, never returned to the OS, so `gen` stays readable by
 /// stale OnComplete copies.
-struct OpRecord {
-  /// Completion token. Written only by the CAS that claims completion (from
-  /// the thread completing the op); read by OnComplete to detect a second call.
-  std::atomic<std::uint64_t> gen{0};
+struct alignas(64) OpRecord {
+  // Layout: what a completion touches to grant a waiting access comes
+  // first. A grant reads the access node (linked in a variable's queue) and
+  // decrements `wait`; the record was written by its pusher, most likely on
+  // the other core, so each line it reads there is a transfer, one after
+  // the other (the node names the record). With `wait` and the first two
+  // inline nodes in the record's first (aligned) line, a grant through them
+  // takes one transfer, not two; the third node has the second line to
+  // itself. 256 bytes, four lines.
+
   /// Accesses still to be granted + 1 (the pusher's guard, removed when the
   /// push has appended every access). The thread that brings it to zero
   /// dispatches the op; acq_rel so the dispatcher sees every grant's writes.
@@ -123,10 +129,14 @@ struct OpRecord {
   /// Counted in the engine's in-flight count (set by the push). An op that
   /// runs to completion inside its push is not (EngineCore::submit).
   bool counted = true;
-  /// Profiling on only: the op's id in the profile (set by the push, before
-  /// the op can be granted; read by the hooks of every later event). In the
-  /// padding before `error`: the record keeps its size and layout.
-  std::uint32_t prof_id = 0;
+  std::uint16_t n_access = 0;
+  /// The first accesses (in variable address order), if they fit inline.
+  AccessNode inline_access[kInlineAccess];
+  /// Where the accesses are: inline_access, or a block from access_alloc().
+  AccessNode* access = inline_access;
+  /// Completion token. Written only by the CAS that claims completion (from
+  /// the thread completing the op); read by OnComplete to detect a second call.
+  std::atomic<std::uint64_t> gen{0};
   /// Error inherited from a variable at grant time, or the op's own. Set by
   /// CAS from null (grants on different variables race); owned reference.
   std::atomic<ErrorRecord*> error{nullptr};
@@ -134,23 +144,25 @@ struct OpRecord {
   EngineCore* engine = nullptr;
   OpRecord* next = nullptr;  ///< intrusive link: ready queues and free lists
   int priority = 0;
-  std::uint16_t n_access = 0;
+  /// Profiling on only: the op's id in the profile (set by the push, before
+  /// the op can be granted; read by the hooks of every later event).
+  std::uint32_t prof_id = 0;
   Context ctx{};
   const char* name = nullptr;
   OperatorRecord* oper = nullptr;
-  /// One word per kind (the record stays at 224 bytes): set by whoever
-  /// pushes or runs the op before it is read.
+  /// One word per kind: set by whoever pushes or runs the op before it is read.
   union {
     void* aux = nullptr;    ///< wait_var: the waiting thread's state
     std::int64_t lease_t0;  ///< fn_lease: when a timed grant was published (ns), else 0 (set by execute)
   };
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
-  AccessNode* access = inline_access;
-  AccessNode inline_access[kInlineAccess];
   OpFn fn;
 
   [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
 };
+
+static_assert(sizeof(AccessNode) == 24 && kInlineAccess >= 2, "OpRecord's layout: see its comment");
+static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment");
 
 /// Thread-caching allocator of op records (process-wide slabs, never freed).
 OpRecord* op_alloc();
