@@ -2,6 +2,7 @@
 #include "worker_pool.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -83,12 +84,63 @@ WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Ord
                 "the queue's hot fields fit one cache line (worker_pool.hpp)");
   if (order_ == Order::fifo) fifo_.resize(kFifoInitial);
   threads_.reserve(threads);
+  // Pools of several workers spread them over the CPUs as they start
+  // (spread_start); single-thread pools (GPU slots, the naive helper) need not.
+  const int creator_cpu = threads >= 2 ? ::sched_getcpu() : -1;
   for (unsigned i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, i] { worker_main(static_cast<int>(i)); });
+    threads_.emplace_back([this, i, creator_cpu] {
+      if (creator_cpu >= 0) spread_start(creator_cpu, i);
+      worker_main(static_cast<int>(i));
+    });
   }
 }
 
 WorkerPool::~WorkerPool() { stop_and_join(); }
+
+void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
+  // A new thread starts on the idlest CPU, which is the same one for every
+  // worker of a pool (the creator's is busy, and each new worker sleeps at
+  // once), so all of them last ran there. Woken by the first pushes, they
+  // went back there together while the creator's CPU, freed by a throttled
+  // pusher soon after, stayed idle for ms: the kernel skips pulling work to
+  // a CPU that was busy until just then, and moves a thread that ran
+  // recently only at a later balancing tick (perf sched, W6 on 2 CPUs: both
+  // workers on one CPU for the first 1-8 ms of about half the runs, the
+  // other idle). Here worker i moves to the i-th CPU after its creator's,
+  // among those it may use, and at once gets its whole mask back: it is
+  // not pinned, it only last ran (and so is woken first) on a CPU of its
+  // own. Best effort: where the calls fail (a seccomp filter, a mask
+  // changed meanwhile) the worker runs where it started.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  const int n = CPU_COUNT(&mask);
+  if (n < 2) return;
+  int pos = 0;  // the creator's place among the CPUs of the mask (0 if not among them)
+  for (int c = 0, k = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &mask)) continue;
+    if (c == creator_cpu) pos = k;
+    ++k;
+  }
+  int want = (pos + 1 + static_cast<int>(index % static_cast<unsigned>(n))) % n;
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c) {
+    if (CPU_ISSET(c, &mask) && want-- == 0) cpu = c;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) return;
+  if (::sched_setaffinity(0, sizeof mask, &mask) != 0) {
+    // Never leave a worker pinned: a mask that cannot be restored (changed
+    // from outside meanwhile) is widened to every CPU, which the kernel
+    // narrows to what the thread's cpuset allows.
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    (void)::sched_setaffinity(0, sizeof all, &all);
+  }
+}
 
 bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
   // Heap order: "a below b" when a has lower priority, or equal priority and

@@ -112,6 +112,8 @@ class WorkerPool {
 
  private:
   void worker_main(int index);
+  /// At a worker's start: last run on a CPU of its own (see there), not pinned.
+  static void spread_start(int creator_cpu, unsigned index) noexcept;
   OpRecord* try_pop();
   OpRecord* spin();
   void wake_one();

@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <future>
+#include <latch>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -399,6 +401,51 @@ TEST(Options, DefaultWorkersAreTheCpusTheCreatorMayUse) {
     for (int i = 0; i < 100; ++i) engine.push_sync([&runs] { ++runs; }, Context::cpu(), {}, {v});
     engine.wait_for_all();
     EXPECT_EQ(runs, 100);
+  });
+  narrowed.join();
+}
+
+TEST(Options, WorkersRunWithTheCreatorsAffinityMask) {
+  // A pool's workers move to CPUs of their own as they start (worker_pool.cpp,
+  // spread_start), then get their creator's mask back: none may stay pinned,
+  // none may gain a CPU its creator may not use. Checked on the creator's
+  // own mask and, where it has three or more CPUs, on two of them.
+  auto masks_of_workers = [](unsigned workers) {
+    std::vector<cpu_set_t> seen(workers);
+    Engine engine(Options{.cpu_workers = workers});
+    std::latch all_running(workers);  // one op on every worker at once
+    for (unsigned i = 0; i < workers; ++i) {
+      engine.push_sync([&](RunContext rc) {
+        ASSERT_GE(rc.worker, 0);
+        ASSERT_LT(rc.worker, static_cast<int>(workers));
+        ASSERT_EQ(::sched_getaffinity(0, sizeof(cpu_set_t), &seen[static_cast<std::size_t>(rc.worker)]), 0);
+        all_running.arrive_and_wait();
+      }, Context::cpu(), {}, {});
+    }
+    engine.wait_for_all();
+    return seen;
+  };
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  for (const cpu_set_t& m : masks_of_workers(4)) {
+    EXPECT_TRUE(CPU_EQUAL(&m, &mine)) << "a worker kept " << CPU_COUNT(&m) << " of the creator's "
+                                      << CPU_COUNT(&mine) << " CPUs";
+  }
+  if (CPU_COUNT(&mine) < 3) return;
+  cpu_set_t two;
+  CPU_ZERO(&two);
+  for (int c = CPU_SETSIZE - 1, k = 0; c >= 0 && k < 2; --c) {
+    if (CPU_ISSET(c, &mine)) {
+      CPU_SET(c, &two);
+      ++k;
+    }
+  }
+  std::thread narrowed([&] {
+    ASSERT_EQ(::sched_setaffinity(0, sizeof two, &two), 0);
+    for (const cpu_set_t& m : masks_of_workers(3)) {
+      EXPECT_TRUE(CPU_EQUAL(&m, &two)) << "a worker of a narrowed creator runs with " << CPU_COUNT(&m) << " CPUs";
+    }
   });
   narrowed.join();
 }
