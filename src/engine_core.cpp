@@ -555,7 +555,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   }
   release(own);
   if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
-  if (ready.head != nullptr || ts.inline_head != nullptr) [[unlikely]] {
+  if (!ready.empty() || !ts.inline_ops.empty()) [[unlikely]] {
     const Call call(this);
     for (OpRecord* r = ready.head; r != nullptr;) {
       OpRecord* next = r->next;
@@ -749,10 +749,8 @@ void EngineCore::run_now(OpRecord* op) {
 }
 
 void EngineCore::drain_inline(ThreadState& ts) {
-  while (ts.inline_head != nullptr) {
-    OpRecord* next = ts.inline_head;
-    ts.inline_head = next->next;
-    if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
+  while (!ts.inline_ops.empty()) {
+    OpRecord* next = ts.inline_ops.pop();
     next->engine->execute(next);
   }
 }
@@ -765,7 +763,7 @@ void EngineCore::run_later(OpRecord* op) {
   }
   // Already running ops on this thread: run it after the current one (a
   // trampoline, so completion cascades never deepen the stack).
-  ts.append_inline(op);
+  ts.inline_ops.push(op);
 }
 
 bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
@@ -875,7 +873,7 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     return;
   }
   WorkerPool* pool = route(op);
-  if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_head == nullptr &&
+  if (ts.engine == this && ts.pool == pool && !pool->is_priority() && ts.inline_ops.empty() &&
       ts.continuations < kMaxContinuations) {
     // Continuation: the next op of a chain stays on this worker (no queue
     // hop, warm caches). The budget bounds how long queued ops can be

@@ -29,19 +29,7 @@ struct DevicePools {
 };
 
 /// Ops made ready by one completion, kept in the order they were granted.
-struct ReadyList {
-  OpRecord* head = nullptr;
-  OpRecord* tail = nullptr;
-  void push(OpRecord* op) noexcept {
-    op->next = nullptr;
-    if (tail != nullptr) {
-      tail->next = op;
-    } else {
-      head = op;
-    }
-    tail = op;
-  }
-};
+using ReadyList = OpList;
 
 class EngineCore {
  public:

@@ -1,6 +1,9 @@
 // src/op_pool.cpp - recycled op records and access-node blocks: a push
 // allocates nothing from the heap in steady state.
 #include "ordo/detail/op_record.hpp"
+
+#include <cstddef>
+
 #include "recycler.hpp"
 
 namespace ordo::detail {
@@ -14,6 +17,16 @@ struct AccessBlock {
 };
 using SmallBlock = AccessBlock<16>;
 using LargeBlock = AccessBlock<64>;
+
+// OpRecord's layout (see its comment): `wait` and the first two inline
+// access nodes in the record's first cache line. offsetof on a record that
+// is not standard-layout is supported by GCC and Clang.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+static_assert(alignof(OpRecord) == 64 && kInlineAccess >= 2 && offsetof(OpRecord, wait) < 64 &&
+                  offsetof(OpRecord, inline_access) + 2 * sizeof(AccessNode) <= 64,
+              "OpRecord: wait and two access nodes share the first line");
+#pragma GCC diagnostic pop
 
 }  // namespace
 

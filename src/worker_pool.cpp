@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -78,10 +79,14 @@ void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
 
 WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
     : core_(core), name_(std::move(name)), order_(order) {
-  static_assert(sizeof(SpinLock) + sizeof(fifo_) + sizeof(fifo_head_) + sizeof(size_) + sizeof(sleepers_) +
-                        sizeof(spinning_) <=
-                    64,
+  // The queue's hot fields, from lock_ (line-aligned) to spinning_, fit one
+  // cache line (worker_pool.hpp). offsetof on this class (it holds a
+  // reference, so it is not standard-layout) is supported by GCC and Clang.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+  static_assert(offsetof(WorkerPool, spinning_) + sizeof(spinning_) - offsetof(WorkerPool, lock_) <= 64,
                 "the queue's hot fields fit one cache line (worker_pool.hpp)");
+#pragma GCC diagnostic pop
   if (order_ == Order::fifo) fifo_.resize(kFifoInitial);
   threads_.reserve(threads);
   // Pools of several workers spread them over the CPUs as they start
@@ -307,7 +312,7 @@ OpRecord* WorkerPool::try_pop() {
     // The records were written by whoever queued them: ask for all their
     // lines at once, then link them (one wait, not one per record).
     for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
-    for (std::int64_t i = 1; i < took; ++i) ts.append_inline(batch[i]);
+    for (std::int64_t i = 1; i < took; ++i) ts.inline_ops.push(batch[i]);
   }
   if (op != nullptr) op->next = nullptr;
   return op;
@@ -329,10 +334,8 @@ void WorkerPool::worker_main(int index) {
   bool may_spin = false;
   for (;;) {
     OpRecord* op = nullptr;
-    if (ts.inline_head != nullptr) {
-      op = ts.inline_head;
-      ts.inline_head = op->next;
-      if (ts.inline_head == nullptr) ts.inline_tail = nullptr;
+    if (!ts.inline_ops.empty()) {
+      op = ts.inline_ops.pop();
     } else {
       op = try_pop();
       ts.continuations = 0;

@@ -26,6 +26,31 @@ struct CallScope {
   CallScope* outer = nullptr;
 };
 
+/// A FIFO list of ops linked through OpRecord::next: a completion's ready
+/// ops, a thread's inline work.
+struct OpList {
+  OpRecord* head = nullptr;
+  OpRecord* tail = nullptr;
+  [[nodiscard]] bool empty() const noexcept { return head == nullptr; }
+  /// Appends `op` (it comes out after those already there).
+  void push(OpRecord* op) noexcept {
+    op->next = nullptr;
+    if (tail != nullptr) {
+      tail->next = op;
+    } else {
+      head = op;
+    }
+    tail = op;
+  }
+  /// Removes and returns the first op; the list must not be empty.
+  OpRecord* pop() noexcept {
+    OpRecord* op = head;
+    head = op->next;
+    if (head == nullptr) tail = nullptr;
+    return op;
+  }
+};
+
 /// What the current thread is to the engine. One per thread.
 struct ThreadState {
   EngineCore* engine = nullptr;  ///< engine this thread is a worker of (null: foreign thread)
@@ -33,10 +58,7 @@ struct ThreadState {
   int index = -1;                ///< its index in the pool
   const RunningOp* running = nullptr;  ///< op whose body is on this thread's stack
   int depth = 0;                 ///< >0 while the thread drains inline work
-  OpRecord* inline_head = nullptr;  ///< ops to run inline once the current one is done
-  OpRecord* inline_tail = nullptr;
-  /// Appends `op` to the inline list (it runs after those already there).
-  void append_inline(OpRecord* op) noexcept;
+  OpList inline_ops;             ///< ops to run inline once the current one is done, in order
   /// Workers: ops finished but not yet subtracted from the engine's in-flight
   /// count (flushed in batches, and whenever the worker runs out of work).
   std::int64_t finished = 0;
@@ -57,16 +79,6 @@ struct ThreadState {
 // constinit: no dynamic initialisation, so other translation units reach it
 // without a call to its TLS init function (the direct path reads it 3 times a push).
 extern constinit thread_local ThreadState t_state;
-
-inline void ThreadState::append_inline(OpRecord* op) noexcept {
-  op->next = nullptr;
-  if (inline_tail != nullptr) {
-    inline_tail->next = op;
-  } else {
-    inline_head = op;
-  }
-  inline_tail = op;
-}
 
 /// Worker threads with one shared ready queue, FIFO or by priority.
 ///

@@ -161,8 +161,7 @@ struct alignas(64) OpRecord {
   [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
 };
 
-static_assert(sizeof(AccessNode) == 24 && kInlineAccess >= 2, "OpRecord's layout: see its comment");
-static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment");
+static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment (checked in src/op_pool.cpp)");
 
 /// Thread-caching allocator of op records (process-wide slabs, never freed).
 OpRecord* op_alloc();
