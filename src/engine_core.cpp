@@ -94,6 +94,7 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
       }
       break;
   }
+  lending_ = inline_below_ns_ != 0 && cpu_ != nullptr && cpu_->lendable() && opts_.cpu_workers >= usable_cpus();
 }
 
 EngineCore::~EngineCore() {
@@ -121,6 +122,7 @@ bool EngineCore::shutdown() noexcept {
   using clock = std::chrono::steady_clock;
   bool abandoned = false;
   std::int64_t stuck = 0;
+  if (lending_) cpu_->unlend(nullptr);  // whoever lends: every worker drains
   {
     std::unique_lock lock(idle_mutex_);
     idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -304,6 +306,7 @@ void EngineCore::throttle() {
   const auto may_pass = [&](std::int64_t held) { return soft < bound && held < bound && cpu_starved(); };
   if (!drain && may_pass(held_now)) return;
   const std::int64_t resume_at = drain ? 0 : soft / 2;
+  if (!drain && help(soft, resume_at)) return;
   std::unique_lock lock(idle_mutex_);
   resume_at_.store(resume_at, std::memory_order_relaxed);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -334,6 +337,42 @@ void EngineCore::throttle() {
     (void)idle_cv_.wait_for(lock, kDrainPatience);
   }
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool EngineCore::help(std::int64_t soft, std::int64_t resume_at) {
+  // Held back at the window, this pusher would sleep until the workers drain
+  // it, then be woken on a CPU where one of them runs: on a machine with a
+  // worker per CPU that is two context switches every refill of the window
+  // (~0.7 ms in W6), and the worker there waits while the pusher pushes.
+  // Lending instead, the pusher runs ops in place of one worker, which parks
+  // (WorkerPool::lend), and pushes again between them: the threads fit the
+  // CPUs. Ops it runs finish as on a worker; ops they make ready are queued.
+  ThreadState& ts = t_state;
+  if (!lending_ || ts.depth != 0 || !long_ops()) return false;
+  WorkerPool& pool = *cpu_;
+  if (!pool.lend(&ts)) return false;
+  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+  for (;;) {
+    OpRecord* op = pool.take_for_lender();
+    if (op == nullptr) {
+      // Nothing queued: the ops held back wait for something else. Give the
+      // parked worker back (it takes what is queued next) and wait as usual.
+      pool.unlend(&ts);
+      return false;
+    }
+    run_now(op);  // the op, then the rest of the batch taken with it
+    // The ops were counted on the push's call (op_finished): subtract them
+    // now, so that the count below sees them.
+    if (ts.call != nullptr && ts.call->engine == this && ts.call->finished > 0) {
+      const std::int64_t n = ts.call->finished;
+      ts.call->finished = 0;
+      subtract_finished(n);
+    }
+    const std::int64_t held = held_back_count();
+    if (held <= resume_at) return true;
+    // A worker sleeps with nothing queued: lookahead is wanted (throttle()).
+    if (soft < bound && held < bound && cpu_starved()) return true;
+  }
 }
 
 bool EngineCore::cpu_starved() const noexcept { return cpu_ != nullptr && cpu_->starved(); }
@@ -1202,6 +1241,7 @@ void EngineCore::wait_for_var(Var var) {
                                           " of the same engine: it would wait for itself; push a dependent op "
                                           "(or, in a coroutine, co_await ordo::wait_for(engine, var)) instead");
   }
+  stop_helping();
   AccessSpec spec{checked_record(var), VarRecord::gen_of(var), false};
   VarWaiter waiter;
   OpRecord* op = op_alloc();
@@ -1225,6 +1265,7 @@ void EngineCore::wait_for_all() {
     throw Error(Errc::wait_inside_op, "wait_for_all called from inside " + op_label(ts.running->name) +
                                           " of the same engine: it would wait for itself");
   }
+  stop_helping();
   const std::int64_t called = prof_ != nullptr ? prof_->now() : 0;
   {
     std::unique_lock lock(idle_mutex_);

@@ -278,6 +278,19 @@ class EngineCore {
                          std::int64_t bound) noexcept;
   bool all_idle() const noexcept;
   void throttle();
+  /// Held back (throttle(), long ops): runs the CPU pool's queued ops on
+  /// this thread in place of a parked worker until the ops held back are
+  /// down to `resume_at` (true), or returns false at once, or when nothing
+  /// is queued, for the usual wait.
+  bool help(std::int64_t soft, std::int64_t resume_at);
+  /// Ends this thread's lending before it blocks in the engine.
+  void stop_helping() noexcept {
+    if (lending_) cpu_->unlend(&t_state);
+  }
+  /// Whether a throttled pusher helps (help()): work first is on
+  /// (Options::inline_below_ns, which allows ops on a pushing thread), the
+  /// CPU pool can lend (2 workers or more) and its workers fill the CPUs.
+  bool lending_ = false;
   void recycle_var(VarRecord* v) noexcept;
   bool fence_hold(FenceGate* gate, OpRecord* op);
 

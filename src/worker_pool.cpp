@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <new>
 #include <utility>
 
@@ -34,6 +35,12 @@ static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is mas
 // Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
 // and only while such ops averaged under kKeepOpNs; one delivery in
 // kKeepProbe is kept anyway.
+/// Lending: how long the parked worker waits for its lender to come back
+/// (WorkerPool::lend) before it takes its place again. A W6 lender comes
+/// back every ~0.3-0.7 ms (each refill of the in-flight window); a pusher that
+/// went off to do something else leaves its CPU share unused for at most this
+/// long, once.
+constexpr long kParkNs = 4'000'000;
 constexpr std::int64_t kKeepNs = 500'000;
 constexpr std::int64_t kKeepOpNs = 20'000;
 constexpr std::uint32_t kKeepProbe = 16;
@@ -78,7 +85,7 @@ void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
 }
 
 WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
-    : core_(core), name_(std::move(name)), order_(order) {
+    : core_(core), name_(std::move(name)), order_(order), n_threads_(static_cast<int>(threads)) {
   // The queue's hot fields, from lock_ (line-aligned) to spinning_, fit one
   // cache line (worker_pool.hpp). offsetof on this class (it holds a
   // reference, so it is not standard-layout) is supported by GCC and Clang.
@@ -279,7 +286,7 @@ bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
   return yes;
 }
 
-OpRecord* WorkerPool::try_pop() {
+OpRecord* WorkerPool::try_pop(bool take_batch) {
   ThreadState& ts = t_state;
   OpRecord* batch[kMaxBatch];
   std::int64_t took = 0;
@@ -291,8 +298,8 @@ OpRecord* WorkerPool::try_pop() {
       // one cache-line transfer of the queue for several ops. The extra ops
       // go to this worker's local list, in queue order, linked after the
       // lock is released.
-      took = ts.pool == this ? std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) /
-                                                                     static_cast<std::int64_t>(threads_.size()))
+      took = take_batch ? std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) /
+                                                                     static_cast<std::int64_t>(n_threads_))
                              : 1;
       if (took < 1) took = 1;
       const std::size_t mask = fifo_.size() - 1;
@@ -324,6 +331,7 @@ void WorkerPool::worker_main(int index) {
   ts.pool = this;
   ts.index = index;
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
+  const int last = lendable() ? n_threads_ - 1 : -1;  // the worker a lender replaces
   Keep keep;
   std::uint32_t keep_probe = 0;
   // A new worker has no work to spin for: it goes to sleep at once. Spinning,
@@ -337,7 +345,8 @@ void WorkerPool::worker_main(int index) {
     if (!ts.inline_ops.empty()) {
       op = ts.inline_ops.pop();
     } else {
-      op = try_pop();
+      if (index == last && lender_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] park();
+      op = try_pop(/*batch=*/true);
       ts.continuations = 0;
       if (op == nullptr) {
         if (keep.since != 0) end_keep(keep, EngineCore::now_ns());
@@ -370,7 +379,7 @@ void WorkerPool::worker_main(int index) {
           word = ring_word_.load(std::memory_order_seq_cst);
           ring_waiting_.store(true, std::memory_order_seq_cst);
         }
-        op = try_pop();
+        op = try_pop(/*batch=*/true);
         const bool stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
         bool waited_in_ring = false;
         if (op == nullptr && !stop) {
@@ -444,7 +453,7 @@ OpRecord* WorkerPool::spin() {
     } else {
       std::this_thread::yield();
     }
-    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop(/*batch=*/true);
     // A completion came for the ring nobody waits in: go and deliver it.
     if (op == nullptr && ring_says(&IdleRing::ready)) break;
   }
@@ -461,10 +470,55 @@ void WorkerPool::wake_if_queued(std::int64_t more_than) noexcept {
   }
 }
 
+bool WorkerPool::lend(const void* who) noexcept {
+  const void* current = lender_.load(std::memory_order_relaxed);
+  if (current != who &&
+      (current != nullptr || !lender_.compare_exchange_strong(current, who, std::memory_order_seq_cst))) {
+    return false;
+  }
+  // Only the lender writes the tick; the parked worker compares it across its waits.
+  lend_tick_.store(lend_tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void WorkerPool::unlend(const void* who) noexcept {
+  const void* expected = lender_.load(std::memory_order_relaxed);
+  if (expected == nullptr || (who != nullptr && expected != who)) return;
+  if (!lender_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
+  // Dekker with park(): it counts itself parked, then reads lender_.
+  if (parked_.load(std::memory_order_seq_cst) == 0) return;
+  park_word_.fetch_add(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void WorkerPool::park() noexcept {
+  parked_.fetch_add(1, std::memory_order_seq_cst);
+  std::uint32_t tick = lend_tick_.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint32_t word = park_word_.load(std::memory_order_seq_cst);
+    const void* lender = lender_.load(std::memory_order_seq_cst);
+    if (lender == nullptr || stop_.load(std::memory_order_seq_cst)) break;
+    timespec wait{0, kParkNs};
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAIT_PRIVATE, word, &wait, nullptr, 0);
+    const std::uint32_t now = lend_tick_.load(std::memory_order_relaxed);
+    if (now == tick && park_word_.load(std::memory_order_seq_cst) == word) {
+      // The lender has not been back for a whole wait (it may be blocked
+      // outside the engine, or busy elsewhere): take its place again. If it
+      // comes back it lends anew, and this worker parks at its next look.
+      if (lender_.compare_exchange_strong(lender, nullptr, std::memory_order_seq_cst)) break;
+    }
+    tick = now;
+  }
+  parked_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
 void WorkerPool::stop_and_join() {
   if (!stop_.exchange(true, std::memory_order_seq_cst)) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     epoch_.notify_all();
+    park_word_.fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
+            0);
     // Dekker with the ring's holder: it sets ring_waiting_ then reads stop_.
     if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
   }

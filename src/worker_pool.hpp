@@ -119,15 +119,41 @@ class WorkerPool {
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return size_.load(std::memory_order_acquire) == 0 &&
-           sleepers_.load(std::memory_order_acquire) == static_cast<int>(threads_.size());
+           sleepers_.load(std::memory_order_acquire) + parked_.load(std::memory_order_acquire) ==
+               n_threads_;
   }
+
+  // Lending (a fifo pool of 2 or more workers; see EngineCore::help). A
+  // thread outside the pool, a pusher held back by the in-flight window,
+  // runs the pool's ops in place of its last worker, which parks at its next
+  // look at the queue: the pool's threads and the pusher then fit the CPUs
+  // they share, and the pusher goes on pushing between its ops without a
+  // wake-up or a context switch. One lender at a time. The lending outlasts
+  // the lender's call: it ends when the lender calls unlend() (before it
+  // blocks in the engine), when the pool stops, or when the parked worker
+  // finds that the lender has not come back for kParkNs (it takes its place
+  // again; worker_pool.cpp).
+
+  /// Makes `who` (the calling thread's ThreadState) the lender, or keeps it;
+  /// false if another thread is. Marks the lender as active.
+  bool lend(const void* who) noexcept;
+  /// Ends `who`'s lending, if it is the lender (null: whoever it is), and
+  /// wakes the parked worker.
+  void unlend(const void* who) noexcept;
+  /// For the lender: the next queued op, or null. Takes a batch as a worker
+  /// does; the rest of it goes to the thread's inline list (drained by
+  /// EngineCore::run_now).
+  OpRecord* take_for_lender() { return try_pop(/*batch=*/true); }
+  [[nodiscard]] bool lendable() const noexcept { return order_ == Order::fifo && n_threads_ >= 2; }
 
  private:
   void worker_main(int index);
   /// At a worker's start: last run on a CPU of its own (see there), not pinned.
   static void spread_start(int creator_cpu, unsigned index) noexcept;
-  OpRecord* try_pop();
+  OpRecord* try_pop(bool take_batch);
   OpRecord* spin();
+  /// The last worker, while a thread lends: waits until the lending ends.
+  void park() noexcept;
   void wake_one();
   /// The attached ring if this worker may wait in it now (it then holds it).
   IdleRing* claim_ring() noexcept;
@@ -149,6 +175,7 @@ class WorkerPool {
   EngineCore& core_;
   std::string name_;
   Order order_;
+  int n_threads_;  ///< threads_.size() once started (read by the workers while threads_ fills)
 
   std::vector<OpRecord*> heap_;    ///< priority queue (guarded by lock_)
   std::uint64_t seq_ = 0;          ///< FIFO tie-break among equal priorities (guarded by lock_)
@@ -194,6 +221,13 @@ class WorkerPool {
   /// Moving average (ns) of the ops a worker ran on its own after a delivery
   /// from the ring (see Keep in worker_pool.cpp); -1: none measured yet.
   std::atomic<std::int64_t> kept_op_ns_{-1};
+  // Lending (lend()). The lender's ThreadState, or null; the count of its
+  // visits (written by the lender only); the parked worker's futex word,
+  // bumped to end its wait; workers parked (counted as idle by idle()).
+  alignas(64) std::atomic<const void*> lender_{nullptr};
+  std::atomic<std::uint32_t> lend_tick_{0};
+  std::atomic<std::uint32_t> park_word_{0};
+  std::atomic<int> parked_{0};
   std::vector<std::thread> threads_;
 };
 

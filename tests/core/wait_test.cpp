@@ -6,6 +6,7 @@
 #include <future>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -357,6 +358,134 @@ TEST(Backpressure, DefaultBoundIsOnAndCanBeTurnedOff) {
   EXPECT_GE(engine.in_flight(), 100000U) << "unbounded engine held the pusher back";
   gate.open();
   engine.wait_for_all();
+}
+
+namespace {
+/// An engine whose CPU workers fill the CPUs this thread may use, so that a
+/// throttled pusher lends itself (EngineCore::help); nullopt on one CPU.
+std::optional<Options> lending_options(unsigned inline_below_ns = Options{}.inline_below_ns) {
+  const unsigned cpus = usable_cpus();
+  if (cpus < 2) return std::nullopt;
+  return Options{.kind = EngineKind::per_device, .cpu_workers = cpus, .max_in_flight = 4096,
+                 .inline_below_ns = inline_below_ns};
+}
+
+/// Pushes `n` long ops over `slots.size()` chains (op i mutates slot i % size,
+/// an order-sensitive update); counts the ops that ran on this thread.
+void push_long_chains(Engine& engine, const std::vector<Var>& vars, std::vector<std::uint64_t>& slots, int n,
+                      std::atomic<int>& on_pusher, Counter* finished = nullptr) {
+  const std::thread::id me = std::this_thread::get_id();
+  for (int i = 0; i < n; ++i) {
+    const std::size_t k = static_cast<std::size_t>(i) % vars.size();
+    engine.push_sync([&slots, &on_pusher, finished, me, k, i] {
+      if (std::this_thread::get_id() == me) on_pusher.fetch_add(1, std::memory_order_relaxed);
+      slots[k] = long_body(slots[k] ^ static_cast<std::uint64_t>(i));
+      if (finished != nullptr) finished->arrive();
+    }, Context::cpu(), {}, {vars[k]});
+  }
+}
+
+std::vector<std::uint64_t> serial_long_chains(std::size_t chains, int n) {
+  std::vector<std::uint64_t> slots(chains, 0);
+  for (int i = 0; i < n; ++i) {
+    const std::size_t k = static_cast<std::size_t>(i) % chains;
+    slots[k] = long_body(slots[k] ^ static_cast<std::uint64_t>(i));
+  }
+  return slots;
+}
+}  // namespace
+
+TEST(Lending, HeldPusherRunsQueuedLongOpsAndTheResultMatchesSerial) {
+  // Long ops, workers on every CPU: a pusher held back at the window runs
+  // queued ops itself, in place of a parked worker, rather than sleep and be
+  // woken on a worker's CPU. Order and results are the engine's as usual.
+  const auto opts = lending_options();
+  if (!opts) GTEST_SKIP() << "one usable CPU: nothing to lend to";
+  Engine engine(*opts);
+  warm_up_long(engine);
+  std::vector<Var> vars;
+  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slots(vars.size(), 0);
+  std::atomic<int> on_pusher{0};
+  const int n = 6000 / kScale;
+  push_long_chains(engine, vars, slots, n, on_pusher);
+  engine.wait_for_all();
+  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
+  EXPECT_GT(on_pusher.load(), 0) << "the held pusher never ran an op";
+  EXPECT_LT(on_pusher.load(), n) << "the workers ran nothing";
+}
+
+TEST(Lending, ZeroInlineBoundNeverRunsOpsOnThePusher) {
+  // Options::inline_below_ns = 0 means no op ever runs on a pushing thread:
+  // a held pusher then waits, even with long ops.
+  const auto opts = lending_options(/*inline_below_ns=*/0);
+  if (!opts) GTEST_SKIP() << "one usable CPU";
+  Engine engine(*opts);
+  std::vector<Var> vars;
+  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slots(vars.size(), 0);
+  std::atomic<int> on_pusher{0};
+  const int n = 6000 / kScale;
+  push_long_chains(engine, vars, slots, n, on_pusher);
+  engine.wait_for_all();
+  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
+  EXPECT_EQ(on_pusher.load(), 0);
+}
+
+TEST(Lending, ParkedWorkerComesBackWhenTheLenderBlocksOutsideTheEngine) {
+  // After a lending phase the pusher blocks outside the engine (here, on the
+  // test's counter) while ops need every worker at once: each of the last
+  // `cpus` ops waits until all of them have started. The worker parked for
+  // the lender must take its place again (after kParkNs without the
+  // lender), or they never all start.
+  const auto opts = lending_options();
+  if (!opts) GTEST_SKIP() << "one usable CPU";
+  Engine engine(*opts);
+  warm_up_long(engine);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Var> vars;
+    for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+    std::vector<std::uint64_t> slots(vars.size(), 0);
+    std::atomic<int> on_pusher{0};
+    Counter finished;
+    const int n = 3000 / kScale;
+    push_long_chains(engine, vars, slots, n, on_pusher, &finished);
+    // Blocked outside the engine until they have run (not wait_for_all,
+    // which gives the worker back at once): then no op below is held back,
+    // and none runs on this thread, which pushes them all first.
+    ASSERT_TRUE(finished.wait_for(n));
+    const auto cpus = static_cast<int>(opts->cpu_workers);
+    Counter started;
+    Counter all_in;
+    for (int k = 0; k < cpus; ++k) {
+      engine.push_sync([&] {
+        started.arrive();
+        if (!started.wait_for(cpus, std::chrono::seconds(10))) ADD_FAILURE() << "not every worker came";
+        all_in.arrive();
+      }, Context::cpu(), {}, {engine.new_variable()});
+    }
+    const bool met = all_in.wait_for(cpus, std::chrono::seconds(15));
+    EXPECT_TRUE(met) << "round " << round << ": " << started.value() << " of " << cpus
+                     << " ops started: a worker stayed parked for a lender that was gone";
+    engine.wait_for_all();
+    EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
+    if (!met) break;
+  }
+}
+
+TEST(Lending, EngineDestroyedWhileLentDrainsEverything) {
+  const auto opts = lending_options();
+  if (!opts) GTEST_SKIP() << "one usable CPU";
+  std::vector<std::uint64_t> slots(64, 0);
+  std::atomic<int> on_pusher{0};
+  {
+    Engine engine(*opts);
+    warm_up_long(engine);
+    std::vector<Var> vars;
+    for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+    push_long_chains(engine, vars, slots, 3000 / kScale, on_pusher);
+  }  // no wait: the destructor drains, the lender's parked worker included
+  EXPECT_EQ(slots, serial_long_chains(64, 3000 / kScale));
 }
 
 TEST(Shutdown, DestructorDrainsEveryPushedOp) {
