@@ -320,6 +320,7 @@ OpRecord* WorkerPool::try_pop(bool take_batch) {
     // lines at once, then link them (one wait, not one per record).
     for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
     for (std::int64_t i = 1; i < took; ++i) ts.inline_ops.push(batch[i]);
+    ts.ahead_until = EngineCore::now_ns() + EngineCore::kAheadNs;
   }
   if (op != nullptr) op->next = nullptr;
   return op;

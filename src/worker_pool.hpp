@@ -42,6 +42,12 @@ struct OpList {
     }
     tail = op;
   }
+  /// Puts `op` first: it is popped next.
+  void push_front(OpRecord* op) noexcept {
+    op->next = head;
+    head = op;
+    if (tail == nullptr) tail = op;
+  }
   /// Removes and returns the first op; the list must not be empty.
   OpRecord* pop() noexcept {
     OpRecord* op = head;
@@ -75,6 +81,11 @@ struct ThreadState {
   /// Starting a launcher at once inside a delivery (EngineCore::dispatch):
   /// what that launch makes ready meanwhile goes the usual way.
   bool launching = false;
+  /// Until when (EngineCore::now_ns) a continuation may run ahead of the
+  /// rest of the batch last taken from a queue (EngineCore::dispatch).
+  std::int64_t ahead_until = 0;
+  /// The pool this thread runs ops for as a lender (EngineCore::help), during its help only.
+  WorkerPool* lent_to = nullptr;
 };
 // constinit: no dynamic initialisation, so other translation units reach it
 // without a call to its TLS init function (the direct path reads it 3 times a push).
