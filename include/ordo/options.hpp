@@ -67,7 +67,10 @@ struct Options {
   /// towards the bound while one sleeps with nothing queued, so lookahead is
   /// taken where parallelism needs it and otherwise the ops in flight and
   /// their variables' records stay in cache (docs/guide.md); otherwise at
-  /// the bound, resumed at half of it. It never blocks
+  /// the bound, resumed at half of it. Held at the soft window with a CPU
+  /// worker on every usable CPU, and work first on (inline_below_ns != 0),
+  /// a pusher runs queued CPU ops itself in place of a parked worker until
+  /// the window has drained to half ("lending", docs/guide.md). It never blocks
   /// when that could deadlock: pushes from inside an op or from a worker are
   /// not held back, and a held pusher goes on as soon as every worker is idle
   /// (the ops in flight then wait on something outside the engine, perhaps
@@ -79,10 +82,11 @@ struct Options {
   /// average (its first 8 CPU ops are timed, then one in 16 per thread, one
   /// in 64 of those run on a pusher; see "Work first" in docs/guide.md):
   /// handing an op that short to a worker costs more than running it. Longer
-  /// ops, or any op before one was timed, go to the workers. 0: never (push
-  /// never runs a sync op). Either way an op must not wait for something its
-  /// pusher does after the push: the naive engine, or one worker, would
-  /// deadlock too.
+  /// ops, or any op before one was timed, go to the workers; a pusher held
+  /// back by long ops may run queued ones (max_in_flight). 0: never (push
+  /// never runs a sync op, a held pusher only waits). Either way an op must
+  /// not wait for something its pusher does after the push: the naive
+  /// engine, or one worker, would deadlock too.
   unsigned inline_below_ns = 200;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
