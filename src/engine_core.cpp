@@ -362,7 +362,9 @@ bool EngineCore::help(std::int64_t soft, std::int64_t resume_at) {
   // (WorkerPool::lend), and pushes again between them: the threads fit the
   // CPUs. Ops it runs finish as on a worker; ops they make ready are queued.
   ThreadState& ts = t_state;
-  if (!lending_ || ts.depth != 0 || !long_ops()) return false;
+  // Not on a thread that delivers completions (CompletionThread): work first
+  // runs nothing there either, it has deliveries to make.
+  if (!lending_ || ts.depth != 0 || ts.completion_thread || !long_ops()) return false;
   WorkerPool& pool = *cpu_;
   if (!pool.lend(&ts)) return false;
   const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);

@@ -432,6 +432,27 @@ TEST(Lending, ZeroInlineBoundNeverRunsOpsOnThePusher) {
   EXPECT_EQ(on_pusher.load(), 0);
 }
 
+TEST(Lending, ACompletionThreadHeldBackNeverRunsOps) {
+  // A thread marked as delivering completions (CompletionThread) must never
+  // run user code: held back, it waits like any pusher without lending.
+  const auto opts = lending_options();
+  if (!opts) GTEST_SKIP() << "one usable CPU";
+  Engine engine(*opts);
+  warm_up_long(engine);
+  std::vector<Var> vars;
+  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slots(vars.size(), 0);
+  std::atomic<int> on_pusher{0};
+  const int n = 6000 / kScale;
+  {
+    const CompletionThread delivering;
+    push_long_chains(engine, vars, slots, n, on_pusher);
+  }
+  engine.wait_for_all();
+  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
+  EXPECT_EQ(on_pusher.load(), 0) << "a completion thread ran ops";
+}
+
 TEST(Lending, ParkedWorkerComesBackWhenTheLenderBlocksOutsideTheEngine) {
   // After a lending phase the pusher blocks outside the engine (here, on the
   // test's counter) while ops need every worker at once: each of the last
