@@ -393,6 +393,24 @@ std::vector<std::uint64_t> serial_long_chains(std::size_t chains, int n) {
   }
   return slots;
 }
+
+/// Pushes `n` long ops over 64 chains from this thread (as a completion
+/// thread if asked), waits for them, checks the result against the serial
+/// run; returns how many of them ran on this thread.
+int long_chains_on_pusher(Engine& engine, int n, bool as_completion_thread = false) {
+  std::vector<Var> vars;
+  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
+  std::vector<std::uint64_t> slots(vars.size(), 0);
+  std::atomic<int> on_pusher{0};
+  {
+    std::optional<CompletionThread> delivering;
+    if (as_completion_thread) delivering.emplace();
+    push_long_chains(engine, vars, slots, n, on_pusher);
+  }
+  engine.wait_for_all();
+  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
+  return on_pusher.load();
+}
 }  // namespace
 
 TEST(Lending, HeldPusherRunsQueuedLongOpsAndTheResultMatchesSerial) {
@@ -403,16 +421,10 @@ TEST(Lending, HeldPusherRunsQueuedLongOpsAndTheResultMatchesSerial) {
   if (!opts) GTEST_SKIP() << "one usable CPU: nothing to lend to";
   Engine engine(*opts);
   warm_up_long(engine);
-  std::vector<Var> vars;
-  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
-  std::vector<std::uint64_t> slots(vars.size(), 0);
-  std::atomic<int> on_pusher{0};
   const int n = 6000 / kScale;
-  push_long_chains(engine, vars, slots, n, on_pusher);
-  engine.wait_for_all();
-  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
-  EXPECT_GT(on_pusher.load(), 0) << "the held pusher never ran an op";
-  EXPECT_LT(on_pusher.load(), n) << "the workers ran nothing";
+  const int on_pusher = long_chains_on_pusher(engine, n);
+  EXPECT_GT(on_pusher, 0) << "the held pusher never ran an op";
+  EXPECT_LT(on_pusher, n) << "the workers ran nothing";
 }
 
 TEST(Lending, ZeroInlineBoundNeverRunsOpsOnThePusher) {
@@ -421,15 +433,8 @@ TEST(Lending, ZeroInlineBoundNeverRunsOpsOnThePusher) {
   const auto opts = lending_options(/*inline_below_ns=*/0);
   if (!opts) GTEST_SKIP() << "one usable CPU";
   Engine engine(*opts);
-  std::vector<Var> vars;
-  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
-  std::vector<std::uint64_t> slots(vars.size(), 0);
-  std::atomic<int> on_pusher{0};
-  const int n = 6000 / kScale;
-  push_long_chains(engine, vars, slots, n, on_pusher);
-  engine.wait_for_all();
-  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
-  EXPECT_EQ(on_pusher.load(), 0);
+  warm_up_long(engine);
+  EXPECT_EQ(long_chains_on_pusher(engine, 6000 / kScale), 0);
 }
 
 TEST(Lending, ACompletionThreadHeldBackNeverRunsOps) {
@@ -439,18 +444,8 @@ TEST(Lending, ACompletionThreadHeldBackNeverRunsOps) {
   if (!opts) GTEST_SKIP() << "one usable CPU";
   Engine engine(*opts);
   warm_up_long(engine);
-  std::vector<Var> vars;
-  for (int i = 0; i < 64; ++i) vars.push_back(engine.new_variable());
-  std::vector<std::uint64_t> slots(vars.size(), 0);
-  std::atomic<int> on_pusher{0};
-  const int n = 6000 / kScale;
-  {
-    const CompletionThread delivering;
-    push_long_chains(engine, vars, slots, n, on_pusher);
-  }
-  engine.wait_for_all();
-  EXPECT_EQ(slots, serial_long_chains(vars.size(), n));
-  EXPECT_EQ(on_pusher.load(), 0) << "a completion thread ran ops";
+  EXPECT_EQ(long_chains_on_pusher(engine, 6000 / kScale, /*as_completion_thread=*/true), 0)
+      << "a completion thread ran ops";
 }
 
 TEST(Lending, ParkedWorkerComesBackWhenTheLenderBlocksOutsideTheEngine) {
