@@ -302,9 +302,7 @@ void EngineCore::throttle() {
   const bool drain = short_ops() || short_leases();
   // Long ops: the window is soft (window()): past it, up to the bound,
   // while a CPU worker sleeps for want of work.
-  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-  const auto may_pass = [&](std::int64_t held) { return soft < bound && held < bound && cpu_starved(); };
-  if (!drain && may_pass(held_now)) return;
+  if (!drain && past_soft_window(soft, held_now)) return;
   const std::int64_t resume_at = drain ? 0 : soft / 2;
   if (!drain && help(soft, resume_at)) return;
   std::unique_lock lock(idle_mutex_);
@@ -328,7 +326,7 @@ void EngineCore::throttle() {
     if (held <= resume_at || all_idle()) break;
     if (!drain) {
       // A worker going to sleep notifies (worker_idle()).
-      if (may_pass(held)) break;
+      if (past_soft_window(soft, held)) break;
       idle_cv_.wait(lock);
       continue;
     }
@@ -367,7 +365,6 @@ bool EngineCore::help(std::int64_t soft, std::int64_t resume_at) {
   if (!lending_ || ts.depth != 0 || ts.completion_thread || !long_ops()) return false;
   WorkerPool& pool = *cpu_;
   if (!pool.lend(&ts)) return false;
-  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
   for (;;) {
     OpRecord* op = pool.take_for_lender();
     if (op == nullptr) {
@@ -389,10 +386,13 @@ bool EngineCore::help(std::int64_t soft, std::int64_t resume_at) {
       subtract_finished(n);
     }
     const std::int64_t held = held_back_count();
-    if (held <= resume_at) return true;
-    // A worker sleeps with nothing queued: lookahead is wanted (throttle()).
-    if (soft < bound && held < bound && cpu_starved()) return true;
+    if (held <= resume_at || past_soft_window(soft, held)) return true;
   }
+}
+
+bool EngineCore::past_soft_window(std::int64_t soft, std::int64_t held) const noexcept {
+  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+  return soft < bound && held < bound && cpu_starved();
 }
 
 bool EngineCore::cpu_starved() const noexcept { return cpu_ != nullptr && cpu_->starved(); }
@@ -940,16 +940,16 @@ void EngineCore::dispatch(OpRecord* op, bool from_push) {
     // rest of a batch taken from the queue, for kAheadNs after the take.
     // The budget bounds how long queued ops can be overtaken: once spent,
     // the op goes behind them.
-    ++ts.continuations;
     if (ts.depth == 0 || ts.inline_ops.empty()) {
+      ++ts.continuations;
       run_later(op);
       return;
     }
     if (now_ns() < ts.ahead_until) {
+      ++ts.continuations;
       ts.inline_ops.push_front(op);  // ahead of the rest of the batch taken
       return;
     }
-    --ts.continuations;
   }
   pool->enqueue(op);
 }

@@ -276,6 +276,9 @@ class EngineCore {
   }
   /// A CPU worker sleeps (or waits in an I/O ring) with no op queued: a hint.
   [[nodiscard]] bool cpu_starved() const noexcept;
+  /// A pusher held at the soft window `soft` with `held` ops held back may
+  /// go on towards the bound: a CPU worker starves, lookahead is wanted.
+  [[nodiscard]] bool past_soft_window(std::int64_t soft, std::int64_t held) const noexcept;
   void record_duration(std::int64_t ns) noexcept { average_in(avg_op_ns_, samples_, ns, inline_below_ns_); }
   void record_lease(std::int64_t ns) noexcept {
     average_in(lease_avg_ns_, lease_samples_, ns, kLeaseBoundFactor * inline_below_ns_);

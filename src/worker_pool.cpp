@@ -32,19 +32,25 @@ constexpr std::int64_t kMaxBatch = 16;
 // in-flight bound's worth of ready ops fits without growing.
 constexpr std::size_t kFifoInitial = 4096;
 static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is masked: a power of two");
+// Lending: how long the parked worker waits for its lender to come back
+// (WorkerPool::lend) before it takes its place again. A W6 lender comes
+// back every ~0.3-0.7 ms (each refill of the in-flight window); a pusher that
+// went off to do something else leaves its CPU share unused for at most this
+// long, once.
+constexpr long kParkNs = 4'000'000;
 // Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
 // and only while such ops averaged under kKeepOpNs; one delivery in
 // kKeepProbe is kept anyway.
-/// Lending: how long the parked worker waits for its lender to come back
-/// (WorkerPool::lend) before it takes its place again. A W6 lender comes
-/// back every ~0.3-0.7 ms (each refill of the in-flight window); a pusher that
-/// went off to do something else leaves its CPU share unused for at most this
-/// long, once.
-constexpr long kParkNs = 4'000'000;
 constexpr std::int64_t kKeepNs = 500'000;
 constexpr std::int64_t kKeepOpNs = 20'000;
 constexpr std::uint32_t kKeepProbe = 16;
 static_assert((kKeepProbe & (kKeepProbe - 1)) == 0, "kKeepProbe is used as a mask: a power of two");
+/// Bumps a futex word and wakes every thread waiting on it with a raw futex
+/// wait (std::atomic::notify_* counts its own waiters and would not see them).
+void bump_and_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+  word.fetch_add(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 }  // namespace
 
 /// A worker that waited in the ring and delivered what completed there
@@ -224,10 +230,8 @@ void WorkerPool::wake_one() {
 }
 
 void WorkerPool::wake_ring() noexcept {
-  ring_word_.fetch_add(1, std::memory_order_seq_cst);
-  // A raw futex wake: the holder's wait is a FUTEX_WAIT request in its ring,
-  // which std::atomic::notify_one (it counts its own waiters) would not see.
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&ring_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  // The holder's wait is a FUTEX_WAIT request in its ring.
+  bump_and_wake_all(ring_word_);
 }
 
 bool WorkerPool::attach_ring(IdleRing* ring) noexcept {
@@ -286,7 +290,7 @@ bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
   return yes;
 }
 
-OpRecord* WorkerPool::try_pop(bool take_batch) {
+OpRecord* WorkerPool::try_pop() {
   ThreadState& ts = t_state;
   OpRecord* batch[kMaxBatch];
   std::int64_t took = 0;
@@ -298,10 +302,8 @@ OpRecord* WorkerPool::try_pop(bool take_batch) {
       // one cache-line transfer of the queue for several ops. The extra ops
       // go to this worker's local list, in queue order, linked after the
       // lock is released.
-      took = take_batch ? std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) /
-                                                                     static_cast<std::int64_t>(n_threads_))
-                             : 1;
-      if (took < 1) took = 1;
+      took = std::max<std::int64_t>(
+          1, std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) / n_threads_));
       const std::size_t mask = fifo_.size() - 1;
       for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
       fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;
@@ -347,7 +349,7 @@ void WorkerPool::worker_main(int index) {
       op = ts.inline_ops.pop();
     } else {
       if (index == last && lender_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] park();
-      op = try_pop(/*batch=*/true);
+      op = try_pop();
       ts.continuations = 0;
       if (op == nullptr) {
         if (keep.since != 0) end_keep(keep, EngineCore::now_ns());
@@ -380,7 +382,7 @@ void WorkerPool::worker_main(int index) {
           word = ring_word_.load(std::memory_order_seq_cst);
           ring_waiting_.store(true, std::memory_order_seq_cst);
         }
-        op = try_pop(/*batch=*/true);
+        op = try_pop();
         const bool stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
         bool waited_in_ring = false;
         if (op == nullptr && !stop) {
@@ -454,7 +456,7 @@ OpRecord* WorkerPool::spin() {
     } else {
       std::this_thread::yield();
     }
-    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop(/*batch=*/true);
+    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
     // A completion came for the ring nobody waits in: go and deliver it.
     if (op == nullptr && ring_says(&IdleRing::ready)) break;
   }
@@ -488,8 +490,7 @@ void WorkerPool::unlend(const void* who) noexcept {
   if (!lender_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
   // Dekker with park(): it counts itself parked, then reads lender_.
   if (parked_.load(std::memory_order_seq_cst) == 0) return;
-  park_word_.fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  bump_and_wake_all(park_word_);
 }
 
 void WorkerPool::park() noexcept {
@@ -517,9 +518,7 @@ void WorkerPool::stop_and_join() {
   if (!stop_.exchange(true, std::memory_order_seq_cst)) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     epoch_.notify_all();
-    park_word_.fetch_add(1, std::memory_order_seq_cst);
-    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
-            0);
+    bump_and_wake_all(park_word_);
     // Dekker with the ring's holder: it sets ring_waiting_ then reads stop_.
     if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
   }

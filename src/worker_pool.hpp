@@ -154,14 +154,14 @@ class WorkerPool {
   /// For the lender: the next queued op, or null. Takes a batch as a worker
   /// does; the rest of it goes to the thread's inline list (drained by
   /// EngineCore::run_now).
-  OpRecord* take_for_lender() { return try_pop(/*batch=*/true); }
+  OpRecord* take_for_lender() { return try_pop(); }
   [[nodiscard]] bool lendable() const noexcept { return order_ == Order::fifo && n_threads_ >= 2; }
 
  private:
   void worker_main(int index);
   /// At a worker's start: last run on a CPU of its own (see there), not pinned.
   static void spread_start(int creator_cpu, unsigned index) noexcept;
-  OpRecord* try_pop(bool take_batch);
+  OpRecord* try_pop();
   OpRecord* spin();
   /// The last worker, while a thread lends: waits until the lending ends.
   void park() noexcept;
