@@ -5,7 +5,9 @@
 // into: the bodies, the gaps between one worker's consecutive bodies (the
 // engine's per-op work, plus whatever preempted the worker between ops), the
 // pusher's CPU time and idle cores. Figures come per worker, with the delay
-// before each worker's first op. A diagnostic, not a benchmark: the timing
+// before each worker's first op, and for the run: how long 0, 1, 2, ...
+// bodies ran at once (with as many bodies as cores the run goes at the
+// bodies' speed; each one fewer leaves a core to the engine or to nothing). A diagnostic, not a benchmark: the timing
 // inside the bodies costs ~50 ns an op. ordo_workloads measures W6's speed.
 #include <sys/resource.h>
 
@@ -203,6 +205,35 @@ int main(int argc, char** argv) {
                 "overhead/op %.3f us\n",
                 r + 1, serial_s * 1e3, wall_s * 1e3, serial_s / wall_s, ok ? "" : " (RESULT DIFFERS FROM SERIAL)",
                 pusher_cpu * 1e3, proc_cpu * 1e3, std::max(0.0, cores * wall_s - proc_cpu) * 1e3, overhead_us);
+    {
+      // How many bodies ran at once, over the whole run: the cores' time
+      // lost is where fewer bodies than cores ran (and where they ran slower).
+      std::vector<std::pair<std::int64_t, int>> events;
+      events.reserve(2 * spans.size() + 2);
+      for (const Span& s : spans) {
+        if (s.worker == -2) continue;
+        events.emplace_back(s.begin, 1);
+        events.emplace_back(s.end, -1);
+      }
+      std::sort(events.begin(), events.end());
+      std::vector<double> at(static_cast<std::size_t>(cores) + 2, 0.0);  // ms with k bodies running
+      int running = 0;
+      std::int64_t last = t0;
+      for (const auto& [when, d] : events) {
+        const auto k = std::min<std::size_t>(static_cast<std::size_t>(running), at.size() - 1);
+        at[k] += static_cast<double>(when - last) * 1e-6;
+        running += d;
+        last = when;
+      }
+      const std::int64_t t_end = t0 + static_cast<std::int64_t>(wall_s * 1e9);
+      const double tail_ms = static_cast<double>(t_end - last) * 1e-6;
+      const double first_ms = events.empty() ? 0 : static_cast<double>(events.front().first - t0) * 1e-6;
+      std::printf("  bodies at once:");
+      for (std::size_t k = 0; k < at.size(); ++k) {
+        std::printf(" %zu%s for %.1f ms%s", k, k + 1 < at.size() ? "" : "+", at[k], k + 1 < at.size() ? "," : "");
+      }
+      std::printf(" (before the first %.2f ms, after the last %.2f ms)\n", first_ms, tail_ms);
+    }
     for (int w = -1; w < static_cast<int>(workers); ++w) {
       std::vector<const Span*> mine;
       for (const Span& s : spans) {
