@@ -423,6 +423,10 @@ std::string result_line(const Figure& f, const Figure* serial, const RunInfo& in
   if (f.workload == "W6") out << " work_us=" << fmt("%g", info.work_us) << " spin_iters=" << info.spin_iters;
   if (f.engine == "serial") {
     if (const auto c = split_ceiling(&f)) out << " split_speedup=" << fmt("%.3f", c->median);
+  } else if (const auto c = split_ceiling(serial)) {
+    // W6 against what the machine gave the same work with no engine in this
+    // run: steadier than vs_serial on a shared host, where both move together.
+    if (const auto r = ratio_to_serial(f, serial)) out << " of_split=" << fmt("%.3f", *r / c->median);
   }
   if (f.engine.rfind("ordo", 0) == 0 && info.max_in_flight > 0) out << " max_in_flight=" << info.max_in_flight;
   if (const auto it = info.instr_per_op.find({f.workload, f.engine}); it != info.instr_per_op.end()) {
