@@ -7,8 +7,9 @@
 // pusher's CPU time and idle cores. Figures come per worker, with the delay
 // before each worker's first op, and for the run: how long 0, 1, 2, ...
 // bodies ran at once (with as many bodies as cores the run goes at the
-// bodies' speed; each one fewer leaves a core to the engine or to nothing). A diagnostic, not a benchmark: the timing
-// inside the bodies costs ~50 ns an op. ordo_workloads measures W6's speed.
+// bodies' speed; each one fewer leaves a core to the engine or to nothing).
+// A diagnostic, not a benchmark: the timing inside the bodies costs ~50 ns
+// an op. ordo_workloads measures W6's speed.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
       // How many bodies ran at once, over the whole run: the cores' time
       // lost is where fewer bodies than cores ran (and where they ran slower).
       std::vector<std::pair<std::int64_t, int>> events;
-      events.reserve(2 * spans.size() + 2);
+      events.reserve(2 * spans.size());
       for (const Span& s : spans) {
         if (s.worker == -2) continue;
         events.emplace_back(s.begin, 1);
