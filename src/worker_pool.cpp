@@ -184,7 +184,9 @@ void WorkerPool::enqueue(OpRecord* op) {
   // try_pop runs after this section it finds the op; if before, its change
   // happened before this section and is seen here. So a spinning worker will
   // find the op, and only when none spins is a sleeper woken: a busy pusher
-  // makes no syscall per op, and no fence is needed.
+  // makes no syscall per op, and no fence is needed. A spinner that takes an
+  // op stops spinning inside its try_pop()'s section (see spin()), so the
+  // count read here is never one that has already left with its op.
   const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
   lock_.unlock();
   if (wake) wake_one();
@@ -290,7 +292,7 @@ bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
   return yes;
 }
 
-OpRecord* WorkerPool::try_pop() {
+OpRecord* WorkerPool::try_pop(bool spinning) {
   ThreadState& ts = t_state;
   OpRecord* batch[kMaxBatch];
   std::int64_t took = 0;
@@ -316,6 +318,7 @@ OpRecord* WorkerPool::try_pop() {
     heap_.pop_back();
     size_.store(size_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
+  if (spinning && op != nullptr) spinning_.fetch_sub(1, std::memory_order_relaxed);
   lock_.unlock();
   if (took > 1) {
     // The records were written by whoever queued them: ask for all their
@@ -403,7 +406,12 @@ void WorkerPool::worker_main(int index) {
           if (waited_in_ring) {
             spinning_.fetch_add(1, std::memory_order_seq_cst);
             ring->deliver();
-            spinning_.fetch_sub(1, std::memory_order_seq_cst);
+            // Inside the queue's lock, as in try_pop(): an op another thread
+            // queued meanwhile (reading this thread as spinning, so waking
+            // nobody) is then counted in size_ below.
+            lock_.lock();
+            spinning_.fetch_sub(1, std::memory_order_relaxed);
+            lock_.unlock();
           }
           ring_users_.store(0, std::memory_order_seq_cst);
           const std::int64_t kept_avg = kept_op_ns_.load(std::memory_order_relaxed);
@@ -456,11 +464,17 @@ OpRecord* WorkerPool::spin() {
     } else {
       std::this_thread::yield();
     }
-    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop();
+    // Taking an op, it stops spinning inside the queue's lock: an enqueue()
+    // that read the count after this thread had left with the first of two
+    // ops queued together woke nobody for the second, which waited in the
+    // queue beside a sleeping worker until this one came back for it (for
+    // as long as the first op ran). Now that enqueue() either comes first,
+    // and its op is seen below, or sees the spinner gone and wakes a sleeper.
+    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop(/*spinning=*/true);
     // A completion came for the ring nobody waits in: go and deliver it.
     if (op == nullptr && ring_says(&IdleRing::ready)) break;
   }
-  spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  if (op == nullptr) spinning_.fetch_sub(1, std::memory_order_seq_cst);
   // Found work and more is queued while nobody else looks: bring a sleeper in.
   if (op != nullptr) wake_if_queued(0);
   return op;

@@ -161,7 +161,10 @@ class WorkerPool {
   void worker_main(int index);
   /// At a worker's start: last run on a CPU of its own (see there), not pinned.
   static void spread_start(int creator_cpu, unsigned index) noexcept;
-  OpRecord* try_pop();
+  /// The next queued op (and a batch to the local list), or null. A spinning
+  /// worker (`spinning`) that gets one is counted out of spinning_ under the
+  /// queue's lock.
+  OpRecord* try_pop(bool spinning = false);
   OpRecord* spin();
   /// The last worker, while a thread lends: waits until the lending ends.
   void park() noexcept;

@@ -223,6 +223,49 @@ void warm_up_long(Engine& engine) {
 }
 }  // namespace
 
+TEST(Wakeups, OpsReadyTogetherStartTogether) {
+  // Each round, one worker runs a long op while the other spins and goes to
+  // sleep; the pusher waits for it, then pushes two independent ops at once,
+  // each of which waits until both have started. The worker that ran the
+  // long op is spinning when the pair arrives and takes the first; the
+  // second must wake the sleeper. Queued just as the spinner took the first
+  // (the spinner still counted as spinning, so the push wakes nobody) it was
+  // left in the queue, unseen by the spinner's own look, until the first op
+  // ended: a rendezvous that never met.
+  Engine engine(two_workers());
+  warm_up_long(engine);
+  const int rounds = 3000 / kScale;
+  Var w = engine.new_variable();
+  std::uint64_t h = 1;
+  for (int round = 0; round < rounds; ++round) {
+    engine.push_sync([&h] {
+      for (int i = 0; i < 15; ++i) h = long_body(h);  // ~300 us: the other worker's spin ends
+    }, Context::cpu(), {}, {w});
+    engine.wait_for_all();
+    std::atomic<int> started{0};
+    std::atomic<int> missed{0};
+    std::atomic<bool> on_pusher{false};
+    const auto me = std::this_thread::get_id();
+    for (int k = 0; k < 2; ++k) {
+      engine.push_sync([&] {
+        started.fetch_add(1, std::memory_order_acq_rel);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (started.load(std::memory_order_acquire) < 2) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            missed.fetch_add(1, std::memory_order_relaxed);
+            if (std::this_thread::get_id() == me) on_pusher.store(true);
+            break;
+          }
+        }
+      }, Context::cpu(), {}, {engine.new_variable()});
+    }
+    engine.wait_for_all();
+    ASSERT_EQ(missed.load(), 0) << "round " << round << " of " << rounds
+                                << ": an op stayed queued for 2 s while a worker slept"
+                                << (on_pusher.load() ? " (one ran on the pusher: work first)" : "");
+  }
+}
+
 TEST(Backpressure, BusyWorkersHoldLongOpsAtTheSoftWindow) {
   // Long ops, all independent and ready: both workers always have work, so
   // the pusher is held far below the bound (at the soft window, 256).
