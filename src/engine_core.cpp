@@ -987,10 +987,13 @@ void EngineCore::execute(OpRecord* op) {
   ts.running = &self;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
-    // Every kSampleEvery-th CPU op on this thread is timed, for runs_short().
-    const bool timed = ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                        samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
-                       inline_below_ns_ != 0 && sampled(op);
+    // Every kSampleEvery-th CPU op on this thread is timed, for runs_short(),
+    // and for the thread's batches (note_op_time) also its first ones.
+    const bool for_work_first = ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                                 samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
+                                inline_below_ns_ != 0 && sampled(op);
+    const bool timed = for_work_first || (ts.sample_tick & (kSampleEvery - 1)) == 0 ||
+                       ts.op_samples < kOpFirstSamples;
     const std::int64_t t0 = timed ? now_ns() : 0;
     // The completion locks these; their lines, last written by the pusher
     // (its enqueue) or another worker, arrive while the body runs.
@@ -1000,7 +1003,11 @@ void EngineCore::execute(OpRecord* op) {
     } catch (...) {
       own = make_error(std::current_exception(), name);
     }
-    if (timed) [[unlikely]] record_duration(now_ns() - t0);
+    if (timed) [[unlikely]] {
+      const std::int64_t ns = now_ns() - t0;
+      note_op_time(ts, ns);
+      if (for_work_first) record_duration(ns);
+    }
     ts.running = outer;
     complete(op, own);
     return;
@@ -1014,12 +1021,19 @@ void EngineCore::execute(OpRecord* op) {
     op->lease_t0 = lease_sampled(op) ? lease_start(ts) : 0;
   }
   async_started_.fetch_add(1, std::memory_order_relaxed);
+  // The start is what keeps this thread busy (a launch, or a coroutine up to
+  // its first suspension): timed for its batches as a sync op's body is.
+  // Its own tick: sample_tick also picks the leases timed for work first
+  // (lease_start), which a second step per op would skip for good.
+  const bool timed = (++ts.async_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kOpFirstSamples;
+  const std::int64_t t0 = timed ? now_ns() : 0;
   std::exception_ptr thrown;
   try {
     fn.invoke_async(rc, op->completion());
   } catch (...) {
     thrown = std::current_exception();
   }
+  if (timed) [[unlikely]] note_op_time(ts, now_ns() - t0);
   ts.running = outer;
   if (prof_ != nullptr) [[unlikely]] prof_->on_body_end(prof_id);
   // acq_rel pairs with the CAS in complete(): exactly one side frees the record.

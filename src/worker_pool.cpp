@@ -306,6 +306,13 @@ OpRecord* WorkerPool::try_pop(bool spinning) {
       // lock is released.
       took = std::max<std::int64_t>(
           1, std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) / n_threads_));
+      // At most kBatchWorkNs of work by this thread's recent ops (none
+      // timed yet: one op, which may be long).
+      if (took > 1) {
+        took = ts.op_ns < 0 ? 1
+                            : std::min<std::int64_t>(took, std::max<std::int64_t>(
+                                                               1, kBatchWorkNs / std::max<std::int64_t>(ts.op_ns, 1)));
+      }
       const std::size_t mask = fifo_.size() - 1;
       for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
       fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;

@@ -266,6 +266,47 @@ TEST(Wakeups, OpsReadyTogetherStartTogether) {
   }
 }
 
+TEST(Batches, LongOpsAreNotHeldInABatchWhileAWorkerIdles) {
+  // A worker takes several queued ops at once only while its ops are short:
+  // the rest of a batch waits for the op that runs first. Here both workers
+  // have timed long ops (300 us), then the first of 32 ops ready together
+  // waits until the 31 others have finished: taken in a batch with it, they
+  // would wait for it, and it for them, until its deadline.
+  Engine engine(two_workers());
+  const auto busy = [](std::chrono::microseconds d) {
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  };
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 32; ++i) {
+      engine.push_sync([&] { busy(std::chrono::microseconds(300)); }, Context::cpu(), {}, {engine.new_variable()});
+    }
+    engine.wait_for_all();
+    std::atomic<int> finished{0};
+    std::atomic<int> at_deadline{-1};
+    engine.push_sync([&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (finished.load(std::memory_order_acquire) < 31) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          at_deadline.store(finished.load());
+          break;
+        }
+      }
+    }, Context::cpu(), {}, {engine.new_variable()});
+    for (int i = 0; i < 31; ++i) {
+      engine.push_sync([&] {
+        busy(std::chrono::microseconds(300));
+        finished.fetch_add(1, std::memory_order_acq_rel);
+      }, Context::cpu(), {}, {engine.new_variable()});
+    }
+    engine.wait_for_all();
+    ASSERT_EQ(at_deadline.load(), -1) << "round " << round << ": " << at_deadline.load()
+                                      << " of 31 long ops finished in 10 s; the rest waited behind the first"
+                                         " in its worker's batch";
+  }
+}
+
 TEST(Backpressure, BusyWorkersHoldLongOpsAtTheSoftWindow) {
   // Long ops, all independent and ready: both workers always have work, so
   // the pusher is held far below the bound (at the soft window, 256).

@@ -79,6 +79,23 @@ TEST_P(CoroWorkFirst, LongLeasesSendLaterOnesToWorkers) {
   }
 }
 
+TEST_P(CoroWorkFirst, LeasesGoToWorkersWhenTheyGetLongAndBack) {
+  // As WorkFirst.SwitchesToWorkersWhenOpsGetLongAndBack, for leases. Once
+  // long, they are granted on the workers, and timed there (one in 16 per
+  // thread): that is how short ones come back to the pusher.
+  Engine engine(options(20'000));  // leases count as short under 80 us
+  Var v = engine.new_variable();
+  const auto on_pusher = [&](std::chrono::microseconds hold) { return run_steps(engine, v, 1, hold)[0].worker == -1; };
+  int steps = 0;
+  while (!on_pusher({})) ASSERT_LT(++steps, 5000) << "short leases were never granted on the pusher";
+  steps = 0;
+  while (on_pusher(std::chrono::microseconds(800))) {
+    ASSERT_LT(++steps, 1000) << "long leases kept being granted on the pusher";
+  }
+  steps = 0;
+  while (!on_pusher({})) ASSERT_LT(++steps, 5000) << "short leases never came back to the pusher";
+}
+
 TEST_P(CoroWorkFirst, WorkFirstOffKeepsEveryLeaseOnTheWorkers) {
   Engine engine(options(0));
   Var v = engine.new_variable();
