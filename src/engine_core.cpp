@@ -16,7 +16,6 @@ constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
 // Work first (EngineCore::runs_short): one CPU op in this many is timed.
 constexpr std::uint32_t kSampleEvery = 16;
-constexpr std::uint32_t kFirstSamples = 8;
 // A throttled pusher waiting for a full drain (throttle()) goes on once the
 // few ops left in flight (no more than the CPU workers) stop finishing for this long.
 constexpr auto kDrainPatience = std::chrono::milliseconds(1);
@@ -989,11 +988,10 @@ void EngineCore::execute(OpRecord* op) {
     ErrorRecord* own = nullptr;
     // Every kSampleEvery-th CPU op on this thread is timed, for runs_short(),
     // and for the thread's batches (note_op_time) also its first ones.
-    const bool for_work_first = ((++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                                 samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
+    const bool tick = (++ts.sample_tick & (kSampleEvery - 1)) == 0;
+    const bool for_work_first = (tick || samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
                                 inline_below_ns_ != 0 && sampled(op);
-    const bool timed = for_work_first || (ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                       ts.op_samples < kOpFirstSamples;
+    const bool timed = for_work_first || tick || ts.op_samples < kFirstSamples;
     const std::int64_t t0 = timed ? now_ns() : 0;
     // The completion locks these; their lines, last written by the pusher
     // (its enqueue) or another worker, arrive while the body runs.
@@ -1025,7 +1023,7 @@ void EngineCore::execute(OpRecord* op) {
   // its first suspension): timed for its batches as a sync op's body is.
   // Its own tick: sample_tick also picks the leases timed for work first
   // (lease_start), which a second step per op would skip for good.
-  const bool timed = (++ts.async_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kOpFirstSamples;
+  const bool timed = (++ts.async_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
   const std::int64_t t0 = timed ? now_ns() : 0;
   std::exception_ptr thrown;
   try {
@@ -1060,18 +1058,10 @@ void EngineCore::average_in(std::atomic<std::int64_t>& avg_ns, std::atomic<std::
   // (the thread was preempted) is clamped to 16x the bound: it moves the
   // average by 2x the bound at most, which a few short samples undo.
   ns = std::min(ns, 16 * bound);
-  const std::int64_t avg = avg_ns.load(std::memory_order_relaxed);
-  // The first kFirstSamples of the engine are all timed and averaged
-  // plainly (one cold first op must not decide alone), then one in 16.
+  // The first kFirstSamples of the engine are all timed, then one in 16.
   const std::uint32_t n = samples.load(std::memory_order_relaxed);
-  std::int64_t next = 0;
-  if (n < kFirstSamples) {
-    samples.store(n + 1, std::memory_order_relaxed);
-    next = avg < 0 ? ns : avg + (ns - avg) / static_cast<std::int64_t>(n + 1);
-  } else {
-    next = avg + (ns - avg) / 8;
-  }
-  avg_ns.store(next, std::memory_order_relaxed);
+  if (n < kFirstSamples) samples.store(n + 1, std::memory_order_relaxed);
+  avg_ns.store(fold_sample(avg_ns.load(std::memory_order_relaxed), n, ns), std::memory_order_relaxed);
 }
 
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {

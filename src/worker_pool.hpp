@@ -90,7 +90,7 @@ struct ThreadState {
   /// average of the timed ones, each clamped at kBatchWorkNs; -1: none timed
   /// yet). Sizes the batches it takes from a queue (WorkerPool::try_pop).
   std::int64_t op_ns = -1;
-  std::uint32_t op_samples = 0;  ///< ops timed into op_ns, up to kOpFirstSamples
+  std::uint32_t op_samples = 0;  ///< ops timed into op_ns, up to kFirstSamples
   std::uint32_t async_tick = 0;  ///< counts async ops started here; every 16th is timed into op_ns
 };
 
@@ -103,18 +103,23 @@ struct ThreadState {
 /// ended 12-24% after the ideal end, held in one worker's batch while the
 /// other slept; taken one at a time, 1-3%).
 inline constexpr std::int64_t kBatchWorkNs = 100'000;
-/// A thread's first ops are all timed into op_ns; then one in 16.
-inline constexpr std::uint32_t kOpFirstSamples = 8;
+/// Moving averages of op times (the engine's for work first, a thread's
+/// op_ns): the first kFirstSamples are averaged plainly (one cold first op
+/// must not decide alone), then each sample moves the average by 1/8.
+inline constexpr std::uint32_t kFirstSamples = 8;
+
+/// `avg` (-1: none yet) with the sample `ns` folded in; `n` is how many were
+/// folded before it (counted up to kFirstSamples by the caller).
+inline std::int64_t fold_sample(std::int64_t avg, std::uint32_t n, std::int64_t ns) noexcept {
+  if (avg < 0) return ns;
+  return n < kFirstSamples ? avg + (ns - avg) / static_cast<std::int64_t>(n + 1) : avg + (ns - avg) / 8;
+}
 
 /// Folds `ns`, the time one op kept this thread busy, into ts.op_ns.
 inline void note_op_time(ThreadState& ts, std::int64_t ns) noexcept {
   ns = ns < kBatchWorkNs ? ns : kBatchWorkNs;  // a preempted op moves the average by 1/8 of the bound at most
-  if (ts.op_samples < kOpFirstSamples) {
-    ++ts.op_samples;
-    ts.op_ns = ts.op_ns < 0 ? ns : ts.op_ns + (ns - ts.op_ns) / static_cast<std::int64_t>(ts.op_samples);
-  } else {
-    ts.op_ns += (ns - ts.op_ns) / 8;
-  }
+  ts.op_ns = fold_sample(ts.op_ns, ts.op_samples, ns);
+  if (ts.op_samples < kFirstSamples) ++ts.op_samples;
 }
 
 // constinit: no dynamic initialisation, so other translation units reach it
