@@ -31,16 +31,11 @@ command -v valgrind >/dev/null || { echo "callgrind_per_op.sh: valgrind not inst
 out=$(mktemp -d "${TMPDIR:-/tmp}/ordo-callgrind.XXXXXX")
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$out"' EXIT
 
-# Work first (Options::inline_below_ns) times ops; under valgrind they run
-# ~50x slower than natively, which would send every op to a worker. Scale the
-# bound by the same factor so that the profiled path is the native one.
-inline_ns=${INLINE_NS:-25000}
-
 # Runs one profile; prints its total Ir. $1 workload, $2 engine.
 profile() {
   local file="$out/callgrind.$1.$2"
   valgrind --tool=callgrind --callgrind-out-file="$file" \
-    "$bin" --no-fork --runs 1 --ops "$ops" --workload "$1" --engines "$2" --inline-below-ns "$inline_ns" >"$file.result" 2>"$file.log" || {
+    "$bin" --no-fork --runs 1 --ops "$ops" --workload "$1" --engines "$2" >"$file.result" 2>"$file.log" || {
     echo "callgrind_per_op.sh: $2 on $1 failed; see $file.log" >&2
     cat "$file.log" >&2
     exit 1

@@ -49,9 +49,9 @@ struct ServerOptions {
   unsigned work_us = 0;
   unsigned workers = 0;  ///< engine CPU workers (0: one per core)
   /// Requests whose work is below this many microseconds are pushed with
-  /// FnProperty::async: they run inline on the io thread when nothing they
-  /// touch is busy (no thread hop: a cheap GET costs about what it costs
-  /// inline), and on the worker that frees their keys otherwise. 0: off.
+  /// OpAttrs::inline_ok: ordo::asio may run them on the io thread when nothing
+  /// they touch is busy and a hop would only add wake-ups (a cheap GET then
+  /// costs about what it costs inline). 0: off, every request on a worker.
   unsigned inline_ready_below_us = 0;
 };
 
@@ -209,8 +209,9 @@ class Server {
     // Named locals, not a lambda written inside the co_await expression:
     // g++ 12 destroys such a lambda's init-captures twice (see docs/asio.md).
     auto fn = [this, r = std::move(req)] { return execute(r, values_, opt_.work_us); };
-    const ordo::OpAttrs attrs{.prop = opt_.work_us < opt_.inline_ready_below_us ? ordo::FnProperty::async
-                                                                                 : ordo::FnProperty::normal};
+    // Short requests may run on the io thread where that only saves wake-ups
+    // (OpAttrs::inline_ok: they never block); others always go to a worker.
+    const ordo::OpAttrs attrs{.inline_ok = opt_.work_us < opt_.inline_ready_below_us};
     auto op = ordo::asio::push(engine_, mutates ? none : ordo::VarSpan(keys), mutates ? ordo::VarSpan(keys) : none,
                                std::move(fn), ordo::Context::cpu(), attrs, asio::use_awaitable);
     co_return co_await std::move(op);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ordo/detail/coro_runtime.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/fence.hpp"
 #include "ordo/gpu.hpp"
 
@@ -768,7 +769,8 @@ void Runtime::push(Operator op, Context ctx, int priority) {
   m.check_device(ctx);
   OpAttrs attrs = st->attrs;
   attrs.priority = priority;
-  engine_.push_stream_ordered(std::move(body), ctx, st->reads, st->writes, attrs);
+  ordo::detail::EngineExtension::push(engine_, std::move(body), ctx, st->reads, st->writes, attrs,
+                                      ordo::detail::kFenceExempt);
 }
 
 void Runtime::delete_operator(Operator op) {

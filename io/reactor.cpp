@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backends.hpp"
-#include "ordo/detail/launcher.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/io.hpp"
 
 namespace ordo::io {
@@ -658,17 +658,24 @@ IoOp<void> Reactor::sleep_for(std::chrono::nanoseconds d) {
   });
 }
 
-// The launchers' bodies only start the request (a Pooled record, a submit);
-// its delivery completes the op, on the reaper or on the submitting thread.
+// The launchers' bodies only start the request (a Pooled record, a submit)
+// and run no user code: they may run on their pusher and start on a
+// completion thread (kLauncher). Its delivery completes the op, on the
+// reaper or on the submitting thread.
+namespace {
+constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode;
+}  // namespace
+
 void Reactor::push_read(Var buffer_var, int fd, std::span<std::byte> buf, std::uint64_t offset, Var file_var,
                         OpAttrs attrs) {
   if (attrs.name == nullptr) attrs.name = "ordo::io read";
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { read(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {
-    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {}, {buffer_var}, attrs);
+    ordo::detail::EngineExtension::push(engine_, body, opts_.resume_ctx, {}, {buffer_var}, attrs, kLauncher);
   } else {
-    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {file_var}, {buffer_var}, attrs);
+    ordo::detail::EngineExtension::push(engine_, body, opts_.resume_ctx, {file_var}, {buffer_var}, attrs,
+                                        kLauncher);
   }
 }
 
@@ -678,9 +685,10 @@ void Reactor::push_write(Var buffer_var, int fd, std::span<const std::byte> buf,
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { write(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {
-    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {buffer_var}, {}, attrs);
+    ordo::detail::EngineExtension::push(engine_, body, opts_.resume_ctx, {buffer_var}, {}, attrs, kLauncher);
   } else {
-    ordo::detail::LauncherPush::push(engine_, body, opts_.resume_ctx, {buffer_var}, {file_var}, attrs);
+    ordo::detail::EngineExtension::push(engine_, body, opts_.resume_ctx, {buffer_var}, {file_var}, attrs,
+                                        kLauncher);
   }
 }
 

@@ -25,7 +25,7 @@
 //
 // Deliveries that submit (the next read of a push_read lane, started by the
 // delivering thread itself, the reaper or a worker that waited in the ring:
-// OpKind::fn_launcher, see EngineCore::dispatch; an exact transfer's next
+// ops that run no user code, Place::launch in EngineCore::place; an exact transfer's next
 // part) are batched while reap_ready runs (t_batch_) and enter the kernel
 // together.
 //
@@ -82,7 +82,7 @@
 #include <utility>
 
 #include "backends.hpp"
-#include "ordo/detail/idle_ring.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/engine.hpp"
 
 namespace ordo::io::detail {
@@ -179,7 +179,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     // engine_ is set before the reaper starts (it reads it); a worker may
     // wait in the ring at once (the ring is ready).
     if (options.idle_workers_reap && futex_wait_ok && !options.sqpoll && engine != nullptr &&
-        ordo::detail::IdleRingAccess::attach(*engine, this)) {
+        ordo::detail::EngineExtension::attach_idle_ring(*engine, this)) {
       engine_ = engine;
       attached_.store(true, std::memory_order_relaxed);
     }
@@ -236,7 +236,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     shut_down_ = true;
     // No worker waits in the ring from here on: CQEs are the reaper's alone.
     if (attached_.load(std::memory_order_relaxed)) {
-      ordo::detail::IdleRingAccess::detach(*engine_, this);
+      ordo::detail::EngineExtension::detach_idle_ring(*engine_, this);
       attached_.store(false, std::memory_order_seq_cst);
       wake_reaper();  // back to the reaper's own parking (see park())
     }
@@ -815,7 +815,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   /// in flight, see pending()): the engine brings one there.
   void want_waiter_if_needed() noexcept {
     if (!attached_.load(std::memory_order_seq_cst) || in_ring_.load(std::memory_order_seq_cst) || !pending()) return;
-    ordo::detail::IdleRingAccess::want_waiter(*engine_);
+    ordo::detail::EngineExtension::want_idle_ring_waiter(*engine_);
   }
 
   void wake_reaper() noexcept {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine_core.hpp"
-#include "ordo/detail/idle_ring.hpp"
+#include "ordo/detail/extension.hpp"
 
 namespace ordo {
 
@@ -45,15 +45,10 @@ void Engine::delete_variable(Var var) {
   delete_variable([] {}, Context::cpu(), var);
 }
 
-namespace {
-
-/// A user push of kind `kind`: normalises the lists (on the stack up to 16
-/// variables) and hands the op to the core. Inlined into each caller with
-/// its kind a constant: an out-of-line helper taking the kind cost the hot
-/// submit 6 instructions per op (callgrind, W2).
-[[gnu::always_inline]] inline void submit_kind(detail::EngineCore* core, detail::OpGuard& guard, Context ctx,
-                                               VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                                               detail::OpKind kind) {
+/// A push: normalises the lists (on the stack up to 16 variables) and hands
+/// the op to the core.
+void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                    std::uint8_t traits) {
   if (attrs.prop == FnProperty::delete_var) {
     throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
   }
@@ -66,17 +61,12 @@ namespace {
     heap.resize(cap);
     specs = heap.data();
   }
-  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core);
+  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
   detail::OpRecord* op = guard.get();
-  op->kind = kind;
-  core->submit(op, ctx, specs, n, attrs);
+  op->kind = detail::OpKind::fn;
+  op->traits = traits;
+  core_->submit(op, ctx, specs, n, attrs);
   guard.release();
-}
-
-}  // namespace
-
-void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
-  submit_kind(core_.get(), guard, ctx, reads, writes, attrs, detail::OpKind::fn);
 }
 
 // submit() of an op that begin_direct normalised, then found a variable busy.
@@ -86,31 +76,6 @@ void Engine::submit_normalized(detail::OpGuard& guard, Context ctx, const detail
   op->kind = detail::OpKind::fn;
   core_->submit(op, ctx, run.specs, run.n, attrs);
   guard.release();
-}
-
-// submit() with another kind: the gpu layer's stream-ordered ops.
-void Engine::submit_stream_ordered(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
-                                   const OpAttrs& attrs) {
-  submit_kind(core_.get(), guard, ctx, reads, writes, attrs, detail::OpKind::fn_stream_ordered);
-}
-
-// An internal launcher (OpKind::fn_launcher); see detail::LauncherPush.
-void Engine::submit_launcher(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes,
-                             const OpAttrs& attrs) {
-  detail::AccessSpec specs[2];
-  if (reads.size() + writes.size() > 2 || attrs.prop != FnProperty::async) {
-    throw Error(Errc::invalid_argument, "internal launcher: an async op of at most 2 variables");
-  }
-  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
-  detail::OpRecord* op = guard.get();
-  op->kind = detail::OpKind::fn_launcher;
-  core_->submit(op, ctx, specs, n, attrs);
-  guard.release();
-}
-
-// A coroutine's lease (OpKind::fn_lease); see detail::LeasePush.
-void Engine::submit_lease(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
-  submit_kind(core_.get(), guard, ctx, reads, writes, attrs, detail::OpKind::fn_lease);
 }
 
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
@@ -154,8 +119,8 @@ Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSp
   // The direct path's copy (OperatorRecord::direct_n). A stale handle may
   // read it while it is written: the count last, slots never null once set.
   const std::size_t n = rec->access.size();
-  const bool direct = n != 0 && n <= detail::DirectRun::kMaxAccess && attrs.prop == FnProperty::normal &&
-                      !rec->fn.is_async();
+  const bool direct = attrs.inline_ok && n != 0 && n <= detail::DirectRun::kMaxAccess &&
+                      attrs.prop == FnProperty::normal && !rec->fn.is_async();
   std::uint32_t write_bits = 0;
   for (std::size_t i = 0; direct && i < n; ++i) {
     rec->direct_var[i].store(rec->access[i].var, std::memory_order_relaxed);
@@ -179,8 +144,8 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
   if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
   {
-    // Work first's direct path (detail::DirectRun), with no reference taken:
-    // begin_direct grants it only if the handle is still live.
+    // The direct path (detail::DirectRun) of an inline_ok operator, with no
+    // reference taken: begin_direct grants it only if the handle is still live.
     detail::DirectRun run;
     if (begin_direct(run, ctx, rec, handle.gen_) == detail::Direct::granted) {
       try {
@@ -240,11 +205,15 @@ Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler());
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
 
-bool detail::IdleRingAccess::attach(Engine& engine, IdleRing* ring) noexcept {
+bool detail::EngineExtension::attach_idle_ring(Engine& engine, IdleRing* ring) noexcept {
   return engine.core_->attach_idle_ring(ring);
 }
-void detail::IdleRingAccess::detach(Engine& engine, IdleRing* ring) noexcept { engine.core_->detach_idle_ring(ring); }
-void detail::IdleRingAccess::want_waiter(Engine& engine) noexcept { engine.core_->want_idle_ring_waiter(); }
+void detail::EngineExtension::detach_idle_ring(Engine& engine, IdleRing* ring) noexcept {
+  engine.core_->detach_idle_ring(ring);
+}
+void detail::EngineExtension::want_idle_ring_waiter(Engine& engine) noexcept {
+  engine.core_->want_idle_ring_waiter();
+}
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {
   detail::t_state.completion_thread = true;

@@ -14,14 +14,8 @@ namespace {
 constexpr std::size_t kVarChunk = 1024;
 constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
-// Work first (EngineCore::runs_short): one CPU op in this many is timed.
+// One op in this many is timed for its thread's batches (note_op_time).
 constexpr std::uint32_t kSampleEvery = 16;
-// A throttled pusher waiting for a full drain (throttle()) goes on once the
-// few ops left in flight (no more than the CPU workers) stop finishing for this long.
-constexpr auto kDrainPatience = std::chrono::milliseconds(1);
-// The direct path times one op in this many: its ops are short by definition,
-// so two clock reads (~30 ns each here) per 16 ops would cost it ~10%.
-constexpr std::uint32_t kDirectSampleEvery = 64;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
@@ -71,7 +65,8 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
   if (opts_.kind == EngineKind::per_device && (opts_.gpu_compute_workers == 0 || opts_.gpu_copy_workers == 0)) {
     throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
   }
-  if (opts_.kind != EngineKind::naive) inline_below_ns_ = opts_.inline_below_ns;
+  serial_ = opts_.kind == EngineKind::naive;
+  resume_at_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
   if (opts_.profile.enabled) {
     prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
     prof_ = prof_storage_.get();
@@ -93,7 +88,6 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
       }
       break;
   }
-  lending_ = inline_below_ns_ != 0 && cpu_ != nullptr && cpu_->lendable() && opts_.cpu_workers >= usable_cpus();
 }
 
 EngineCore::~EngineCore() {
@@ -121,7 +115,6 @@ bool EngineCore::shutdown() noexcept {
   using clock = std::chrono::steady_clock;
   bool abandoned = false;
   std::int64_t stuck = 0;
-  if (lending_) cpu_->unlend(nullptr);  // whoever lends: every worker drains
   {
     std::unique_lock lock(idle_mutex_);
     idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -286,119 +279,45 @@ void EngineCore::inherit(OpRecord* op, ErrorRecord* e) const noexcept {
 }
 
 void EngineCore::throttle() {
-  if (opts_.max_in_flight == 0) return;
   const ThreadState& ts = t_state;
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
-  const std::int64_t soft = window();
-  const std::int64_t held_now = held_back_count();
-  if (held_now < soft) return;
-  // Work first: while ops are short, wait until the window has drained, not
-  // to half. A pusher that fills the window faster than the workers empty it
-  // pushes ops that wait behind the workers' (a chain one op behind them),
-  // so no push finds its variables free and runs it; after a full drain
-  // they do, and the window stays empty.
-  const bool drain = short_ops() || short_leases();
-  // Long ops: the window is soft (window()): past it, up to the bound,
-  // while a CPU worker sleeps for want of work.
-  if (!drain && past_soft_window(soft, held_now)) return;
-  const std::int64_t resume_at = drain ? 0 : soft / 2;
-  if (!drain && help(soft, resume_at)) return;
-  std::unique_lock lock(idle_mutex_);
-  resume_at_.store(resume_at, std::memory_order_relaxed);
-  throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
-  // Wait while the engine can make progress without this thread. If every
-  // worker is idle with ops still in flight, those ops wait for something
-  // outside the engine (an async completion, maybe one this thread will
-  // trigger later): then the pusher goes on rather than deadlock.
-  //
-  // A full drain can wait on ops that run long, maybe for something this
-  // thread does after the push (a worker busy in a gated op, the other
-  // idle). Once no more ops are in flight than there are CPU workers (they
-  // may all be running, none queued behind them), the drain is waited for
-  // only while ops keep finishing: a count that has not moved for
-  // kDrainPatience lets the pusher go on. Ops queued behind a long one
-  // (more than the workers) are still waited for, as above.
-  std::int64_t last = -1;
-  for (;;) {
-    const std::int64_t held = held_back_count();
-    if (held <= resume_at || all_idle()) break;
-    if (!drain) {
-      // A worker going to sleep notifies (worker_idle()).
-      if (past_soft_window(soft, held)) break;
-      idle_cv_.wait(lock);
-      continue;
+  if (held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight)) return;
+  // Stalled (below): pushers go on while no op finishes, each raising the
+  // mark to the count it saw; a count at or under the mark means an op
+  // finished since, and pushers are held again.
+  if (const std::int64_t mark = stall_mark_.load(std::memory_order_relaxed); mark != 0) {
+    const std::int64_t now = in_flight_.load(std::memory_order_relaxed);
+    if (now > mark) {
+      stall_mark_.store(now, std::memory_order_relaxed);
+      return;
     }
-    if (held <= static_cast<std::int64_t>(opts_.cpu_workers) && held == last) break;
-    last = held;
-    (void)idle_cv_.wait_for(lock, kDrainPatience);
+    stall_mark_.store(0, std::memory_order_relaxed);
+  }
+  std::unique_lock lock(idle_mutex_);
+  throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  // Wait for half the bound to drain, while the engine makes progress
+  // without this thread: every worker idle with ops still in flight, or no
+  // op finished for kStallPatience, means that what is in flight waits for
+  // something outside the engine, perhaps for this very thread.
+  std::int64_t last = in_flight_.load(std::memory_order_seq_cst);
+  for (;;) {
+    if (held_back_count() <= resume_at_ || all_idle()) break;
+    if (idle_cv_.wait_for(lock, kStallPatience) == std::cv_status::timeout) {
+      const std::int64_t now = in_flight_.load(std::memory_order_seq_cst);
+      if (now == last) {
+        stall_mark_.store(now, std::memory_order_relaxed);
+        break;
+      }
+      last = now;
+    }
   }
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-namespace {
-/// Marks the calling thread as running ops for `pool` as its lender.
-struct LentScope {
-  ThreadState& ts;
-  LentScope(ThreadState& t, WorkerPool& pool) noexcept : ts(t) {
-    ts.lent_to = &pool;
-    ts.continuations = 0;
-  }
-  ~LentScope() { ts.lent_to = nullptr; }
-  LentScope(const LentScope&) = delete;
-  LentScope& operator=(const LentScope&) = delete;
-};
-}  // namespace
-
-bool EngineCore::help(std::int64_t soft, std::int64_t resume_at) {
-  // Held back at the window, this pusher would sleep until the workers drain
-  // it, then be woken on a CPU where one of them runs: on a machine with a
-  // worker per CPU that is two context switches every refill of the window
-  // (~0.7 ms in W6), and the worker there waits while the pusher pushes.
-  // Lending instead, the pusher runs ops in place of one worker, which parks
-  // (WorkerPool::lend), and pushes again between them: the threads fit the
-  // CPUs. Ops it runs finish as on a worker; ops they make ready are queued.
-  ThreadState& ts = t_state;
-  // Not on a thread that delivers completions (CompletionThread): work first
-  // runs nothing there either, it has deliveries to make.
-  if (!lending_ || ts.depth != 0 || ts.completion_thread || !long_ops()) return false;
-  WorkerPool& pool = *cpu_;
-  if (!pool.lend(&ts)) return false;
-  for (;;) {
-    OpRecord* op = pool.take_for_lender();
-    if (op == nullptr) {
-      // Nothing queued: the ops held back wait for something else. Give the
-      // parked worker back (it takes what is queued next) and wait as usual.
-      pool.unlend(&ts);
-      return false;
-    }
-    {
-      // Ops that its completions make ready continue here (dispatch), as on a worker.
-      const LentScope lent(ts, pool);
-      run_now(op);  // the op, then the rest of the batch taken with it
-    }
-    // The ops were counted on the push's call (op_finished): subtract them
-    // now, so that the count below sees them.
-    if (ts.call != nullptr && ts.call->engine == this && ts.call->finished > 0) {
-      const std::int64_t n = ts.call->finished;
-      ts.call->finished = 0;
-      subtract_finished(n);
-    }
-    const std::int64_t held = held_back_count();
-    if (held <= resume_at || past_soft_window(soft, held)) return true;
-  }
-}
-
-bool EngineCore::past_soft_window(std::int64_t soft, std::int64_t held) const noexcept {
-  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-  return soft < bound && held < bound && cpu_starved();
-}
-
-bool EngineCore::cpu_starved() const noexcept { return cpu_ != nullptr && cpu_->starved(); }
-
 void EngineCore::worker_idle() noexcept {
   // A worker found no work and is about to sleep: a throttled pusher may have
-  // to go on (see throttle()). Called on workers only (engine alive).
+  // to go on (every worker idle, see throttle()). Called on workers only.
   if (throttle_waiters_.load(std::memory_order_seq_cst) > 0) wake_idle_waiters();
 }
 
@@ -424,7 +343,8 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   prepare(op, ctx, n, attrs);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var && held_back_count() >= window()) {
+  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var &&
+      held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
     throttle();
   }
   if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
@@ -473,8 +393,10 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   // thread as in flight (a wait on another thread is not ordered with this
   // push), so it is not counted: no locked add here and subtract at the end.
   // Every other op is counted before the unlock that makes it reachable.
+  // A sync op that place() runs here (and no fence gate may hold) is one.
   const bool ready = granted == static_cast<std::int32_t>(n);
-  const bool here = ready && completes_in_push(op);
+  const bool here = ready && op->kind < OpKind::wait_var && !op_fn(op).is_async() &&
+                    gate_.load(std::memory_order_relaxed) == nullptr && place(op, Origin::push) == Place::now;
   op->counted = !here;
   if (!here) in_flight_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
@@ -485,39 +407,23 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   }
   // All granted here: nobody else can have touched `wait`.
   if (ready || op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
-    dispatch(op, /*from_push=*/true);
+    dispatch(op, Origin::push);
   }
 }
 
-bool EngineCore::completes_in_push(const OpRecord* op) const noexcept {
-  // Mirrors dispatch(op, true) for a sync op that is ready at push: the
-  // cases in which it runs it at once on this thread, before returning.
-  if (op->kind >= OpKind::wait_var || gate_.load(std::memory_order_relaxed) != nullptr) return false;
-  const OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
-  if (fn.is_async()) return false;  // completes whenever its OnComplete is called
-  if (opts_.kind == EngineKind::naive) return true;
-  const ThreadState& ts = t_state;
-  if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
-  return runs_short(op) || (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run);
-}
-
 // ---------------------------------------------------------------------------
-// The direct path (detail::DirectRun): work first without an op record
+// The direct path (detail::DirectRun): an inline_ok op without an op record
 
 bool EngineCore::direct_allowed_here(Context ctx, std::size_t n) const noexcept {
-  // The cases in which submit() would run a sync op ready at push on this
-  // thread (completes_in_push), narrowed to the common ones: a normal CPU op
-  // (the caller's check) of few variables, no profiler, no fence gate, under
-  // the in-flight bound.
+  // The cases in which submit() would run an inline_ok sync op ready at push
+  // on this thread (place(): pusher_runs), narrowed to the common ones: a
+  // CPU op of few variables, outside any op, no profiler, no fence gate,
+  // under the in-flight bound.
   if (ctx.is_gpu() || ctx.device_id < 0 || n > DirectRun::kMaxAccess) return false;
   const ThreadState& ts = t_state;
-  if (ts.depth != 0 || ts.engine != nullptr || ts.completion_thread) return false;
+  if (ts.depth != 0 || ts.engine != nullptr || !pusher_runs(kRunsOnPusher, ts)) return false;
   if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
-  const bool is_short = short_ops();  // read once: window() would read it again
-  if (opts_.kind != EngineKind::naive && !is_short) return false;
-  if (opts_.max_in_flight == 0) return true;
-  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-  return held_back_count() < (is_short ? std::min(bound, kShortWindow) : bound);
+  return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
 }
 
 inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
@@ -570,14 +476,10 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   run.outer = ts.running;
   ts.running = &run.self;
   ts.depth = 1;
-  run.timed = inline_below_ns_ != 0 && ((++ts.sample_tick & (kDirectSampleEvery - 1)) == 0 ||
-                                        samples_.load(std::memory_order_relaxed) < kFirstSamples);
-  if (run.timed) run.t0 = now_ns();
   return Direct::granted;
 }
 
 inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
-  if (run.timed) [[unlikely]] record_duration(now_ns() - run.t0);
   ThreadState& ts = t_state;
   ts.running = run.outer;
   // complete() for an op without a record: release the accesses, hand the
@@ -617,7 +519,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
     const Call call(this);
     for (OpRecord* r = ready.head; r != nullptr;) {
       OpRecord* next = r->next;
-      dispatch(r, /*from_push=*/false);
+      dispatch(r, Origin::completion);
       r = next;
     }
     drain_inline(ts);
@@ -626,27 +528,15 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
 }
 
 bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
-  // A CPU lease of few variables, with no profiler or fence gate, pushed
-  // where the coroutine may go on with it: on a worker of the CPU pool
-  // (where it would be granted: the coroutine stays, as it would after a
-  // grant there), or as dispatch()'s lease rule has it, on a thread outside
-  // the engine while leases are short. No body runs, so unlike the direct
-  // path for sync ops this nests nothing on a worker's stack.
-  if (opts_.kind == EngineKind::naive || attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 ||
+  // A CPU lease of few variables, with no profiler or fence gate, not on a
+  // completion thread (it runs no user code), not with the naive engine
+  // (its push runs the lease's body anyway). No body runs here: the
+  // coroutine that pushes goes on with its lease, on the thread it is on.
+  if (serial_ || attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 ||
       n > DirectRun::kMaxAccess || prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) {
     return false;
   }
-  const ThreadState& ts = t_state;
-  if (inline_below_ns_ == 0 || ts.completion_thread) return false;  // work first off
-  if (ts.engine == this) return ts.pool == cpu_.get();
-  return ts.engine == nullptr && ts.depth == 0 && short_leases();
-}
-
-std::int64_t EngineCore::lease_start(ThreadState& ts) const noexcept {
-  if (inline_below_ns_ == 0) return 0;
-  const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 ||
-                     lease_samples_.load(std::memory_order_relaxed) < kFirstSamples;
-  return timed ? now_ns() : 0;
+  return !t_state.completion_thread;
 }
 
 inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const OpAttrs& attrs) {
@@ -656,6 +546,7 @@ inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const 
   op->priority = attrs.priority;
   op->name = attrs.name;
   op->always_run = attrs.always_run;
+  if (attrs.inline_ok) op->traits |= kRunsOnPusher;
   op->n_access = static_cast<std::uint16_t>(n);
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
 }
@@ -675,8 +566,8 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   // The (prepared) record as submit() then execute() would leave it: every
   // access granted (not queued), counted in flight before the unlock that
   // makes it reachable, its body started (a held lease does not count
-  // against the in-flight bound) and, now and then, timed for short_leases().
-  op->kind = OpKind::fn_lease;
+  // against the in-flight bound).
+  op->kind = OpKind::fn;
   op->wait.store(0, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
@@ -691,7 +582,6 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
-  op->lease_t0 = lease_start(t_state);
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
   return true;
 }
@@ -782,6 +672,7 @@ bool EngineCore::on_worker_of(Context ctx) const noexcept {
 }
 
 WorkerPool* EngineCore::route(const OpRecord* op) {
+  if (serial_) return &helper_pool();  // naive: what its threads may not run (posts, a completion thread's work)
   const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
   if (opts_.kind == EngineKind::pooled) return (copy && io_) ? io_.get() : cpu_.get();
   if (op->ctx.is_gpu()) {
@@ -826,7 +717,7 @@ void EngineCore::run_later(OpRecord* op) {
 
 bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
   // Cold: only with a gate installed (ordo/fence.hpp). Posts have no variables.
-  if (op->kind == OpKind::fn_stream_ordered || op->kind == OpKind::posted) return false;
+  if ((op->traits & kFenceExempt) != 0 || op->kind == OpKind::posted) return false;
   if (op->fence_released) {
     op->fence_released = false;  // released by the gate: its fences were waited for
     return false;
@@ -846,111 +737,89 @@ void EngineCore::release_held(OpRecord* op, std::exception_ptr error) {
     release(e);
   }
   op->fence_released = true;  // consumed by fence_hold in this dispatch (the gate is installed)
-  dispatch(op, /*from_push=*/false);
+  dispatch(op, Origin::completion);
 }
 
-void EngineCore::dispatch(OpRecord* op, bool from_push) {
+Place EngineCore::place(const OpRecord* op, Origin origin) const noexcept {
+  const ThreadState& ts = t_state;
+  const bool at_push = origin == Origin::push;
+  // Bookkeeping (no user code) runs at once and is never deferred: the
+  // waiting thread may be the one that would run the deferred list.
+  if (op->kind == OpKind::wait_var) return Place::now;
+  if (op->kind == OpKind::posted) {
+    // Never on the posting thread; naive, posted from inside one of its
+    // ops (not on a completion thread): right after that op.
+    const bool after_op = serial_ && ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr);
+    return after_op ? Place::next : Place::queue;
+  }
+  if (serial_) {
+    // On the thread that pushes or completes, except a completion thread,
+    // which never runs user code (route(): the naive engine's helper).
+    if (!at_push && ts.completion_thread) return Place::queue;
+    return at_push ? Place::now : Place::next;
+  }
+  if (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run) {
+    // Skipped: bookkeeping, but destroying the body may resume a coroutine:
+    // made ready by a completion on a thread that is not a worker, it goes to one.
+    if (!at_push && ts.engine != this) return Place::queue;
+    return at_push ? Place::now : Place::next;
+  }
+  if (at_push) {
+    // An op that asked for it (OpTraits::kRunsOnPusher) runs on its pusher,
+    // like a call; no other op ever does.
+    if (pusher_runs(op->traits, ts)) return Place::now;
+  } else if ((op->traits & kNoUserCode) != 0 && ts.completion_thread && ts.running == nullptr && !ts.launching) {
+    // Made ready by a delivery (a reaper's, or a worker's that waited in an
+    // idle ring), outside any op body: it starts its request inside the
+    // delivery loop, which then submits it with the rest of its batch.
+    return Place::launch;
+  }
+  if (ts.engine != this) return Place::queue;  // a pusher, or a thread that completes from outside
+  // On a worker of this engine.
+  if (op->prop == FnProperty::async) return at_push ? Place::now : Place::next;  // a launcher: no queue hop
+  const WorkerPool* pool = const_cast<EngineCore*>(this)->route(op);
+  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kMaxContinuations) {
+    // Continuation: the next op of a chain stays on this worker (no queue
+    // hop, its data in this core's cache). It runs next, ahead of the rest
+    // of a batch taken from the queue, for kAheadNs after the take; the
+    // budget bounds how long queued ops can be overtaken.
+    if (ts.depth == 0 || ts.inline_ops.empty()) return Place::chain;
+    if (now_ns() < ts.ahead_until) return Place::ahead;
+  }
+  return Place::queue;
+}
+
+void EngineCore::dispatch(OpRecord* op, Origin origin) {
   if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
     if (fence_hold(gate, op)) return;
   }
   ThreadState& ts = t_state;
-  // Inline work made ready by a push runs at once, like a call (MXNet runs
-  // async ops in the pushing thread); made ready by a completion, it is
-  // trampolined. A waiter's wake-up is bookkeeping and never deferred: the
-  // waiting thread may be the one that would run the deferred list.
-  auto run_inline = [&](OpRecord* o) { from_push ? run_now(o) : run_later(o); };
-  if (op->kind >= OpKind::wait_var) [[unlikely]] {
-    if (op->kind == OpKind::wait_var) {
-      run_now(op);  // bookkeeping only, never deferred
-    } else if (opts_.kind != EngineKind::naive) {
-      route(op)->enqueue(op);  // a post: never on the posting thread
-    } else if (ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr)) {
-      run_later(op);  // naive, posted from inside one of its ops: right after that op
-    } else {
-      helper_pool().enqueue(op);
-    }
-    return;
-  }
-  if (opts_.kind == EngineKind::naive) {
-    // Serial policy: on the thread that pushes or completes, except a
-    // completion thread, which never runs user code.
-    if (!from_push && ts.completion_thread) {
-      helper_pool().enqueue(op);
-    } else {
-      run_inline(op);
-    }
-    return;
-  }
-  if (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run) {
-    // Skipped: bookkeeping, but destroying the body may resume a coroutine: made
-    // ready by a completion on a thread that is not a worker, it goes to one.
-    if (!from_push && ts.engine != this) {
-      route(op)->enqueue(op);
-    } else {
-      run_inline(op);
-    }
-    return;
-  }
-  if (op->kind == OpKind::fn_launcher && !from_push && ts.completion_thread && ts.running == nullptr &&
-      !ts.launching) {
-    // A launcher made ready by a delivery (the reaper's, or a worker's that
-    // waited in the ring), outside any op body: start its request now, not
-    // after the delivery loop (a worker's trampoline), so that it joins the
-    // batch the loop submits with one io_uring_enter at its end. Run after
-    // the loop, each launch entered the kernel alone, and the first one's
-    // want of a ring waiter woke the other worker: at O_DIRECT QD32 one
-    // wake-up per batch of completions, and completions split between two
-    // submitting threads. One level deep: a launch that completes at once
-    // (a synchronous failure) makes the next one ready the usual way.
-    ts.launching = true;
-    run_now(op);  // nested in a worker's loop (depth 1): executes it, the loop drains
-    ts.launching = false;
-    return;
-  }
-  if (op->prop == FnProperty::async && (from_push || ts.engine == this)) {
-    // A cheap async op: no queue hop. Never on a foreign completing thread;
-    // on a completion thread only ordo's launchers (above): those made
-    // ready inside ops it is running (a pusher reaping its own I/O) go to
-    // the workers, which then keep the chain going in parallel.
-    run_inline(op);
-    return;
-  }
-  if (lease_sampled(op) && from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread &&
-      short_leases()) {
-    // Work first for coroutines: a lease ready at push, while leases are
-    // short, is granted here; the coroutine goes on on this thread without
-    // suspending (docs/coroutines.md), instead of waiting for a worker.
-    run_now(op);
-    return;
-  }
-  if (from_push && ts.depth == 0 && ts.engine == nullptr && !ts.completion_thread && runs_short(op)) {
-    // Work first: the op is ready, and this engine's CPU ops have lately
-    // taken less time than handing one to a worker costs (sampled below):
-    // the pushing thread runs it now, like a call.
-    run_now(op);
-    return;
-  }
-  WorkerPool* pool = route(op);
-  if (((ts.engine == this && ts.pool == pool) || ts.lent_to == pool) && !pool->is_priority() &&
-      ts.continuations < kMaxContinuations) {
-    // Continuation: the next op of a chain stays on this worker, or on the
-    // pusher lending itself to the pool (help()): no queue hop, and its
-    // variables' data is in this core's cache. It runs next, ahead of the
-    // rest of a batch taken from the queue, for kAheadNs after the take.
-    // The budget bounds how long queued ops can be overtaken: once spent,
-    // the op goes behind them.
-    if (ts.depth == 0 || ts.inline_ops.empty()) {
+  switch (place(op, origin)) {
+    case Place::now:
+      run_now(op);
+      return;
+    case Place::next:
+      run_later(op);
+      return;
+    case Place::chain:
       ++ts.continuations;
       run_later(op);
       return;
-    }
-    if (now_ns() < ts.ahead_until) {
+    case Place::ahead:
       ++ts.continuations;
-      ts.inline_ops.push_front(op);  // ahead of the rest of the batch taken
+      ts.inline_ops.push_front(op);
       return;
-    }
+    case Place::launch:
+      // One level deep: a launch that completes at once (a synchronous
+      // failure) makes the next one ready the usual way.
+      ts.launching = true;
+      run_now(op);
+      ts.launching = false;
+      return;
+    case Place::queue:
+      route(op)->enqueue(op);
+      return;
   }
-  pool->enqueue(op);
 }
 
 void EngineCore::execute(OpRecord* op) {
@@ -979,19 +848,16 @@ void EngineCore::execute(OpRecord* op) {
     return;
   }
   const RunContext rc{op->ctx, nullptr, ts.engine == this ? ts.index : -1};
-  OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
+  OpFn& fn = op_fn(op);
   const char* name = op->name;
   const RunningOp self{this, name};
   const RunningOp* outer = ts.running;
   ts.running = &self;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
-    // Every kSampleEvery-th CPU op on this thread is timed, for runs_short(),
-    // and for the thread's batches (note_op_time) also its first ones.
-    const bool tick = (++ts.sample_tick & (kSampleEvery - 1)) == 0;
-    const bool for_work_first = (tick || samples_.load(std::memory_order_relaxed) < kFirstSamples) &&
-                                inline_below_ns_ != 0 && sampled(op);
-    const bool timed = for_work_first || tick || ts.op_samples < kFirstSamples;
+    // Every kSampleEvery-th op on this thread is timed, and its first ones,
+    // for the size of its batches (note_op_time).
+    const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
     const std::int64_t t0 = timed ? now_ns() : 0;
     // The completion locks these; their lines, last written by the pusher
     // (its enqueue) or another worker, arrive while the body runs.
@@ -1001,11 +867,7 @@ void EngineCore::execute(OpRecord* op) {
     } catch (...) {
       own = make_error(std::current_exception(), name);
     }
-    if (timed) [[unlikely]] {
-      const std::int64_t ns = now_ns() - t0;
-      note_op_time(ts, ns);
-      if (for_work_first) record_duration(ns);
-    }
+    if (timed) [[unlikely]] note_op_time(ts, now_ns() - t0);
     ts.running = outer;
     complete(op, own);
     return;
@@ -1014,16 +876,10 @@ void EngineCore::execute(OpRecord* op) {
   [[maybe_unused]] const std::uint32_t prof_id = op->prof_id;  // the record may be recycled once completed
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
-  if (op->kind == OpKind::fn_lease) {
-    // Timed from before the body: publishing the grant may resume the coroutine inside it.
-    op->lease_t0 = lease_sampled(op) ? lease_start(ts) : 0;
-  }
   async_started_.fetch_add(1, std::memory_order_relaxed);
   // The start is what keeps this thread busy (a launch, or a coroutine up to
   // its first suspension): timed for its batches as a sync op's body is.
-  // Its own tick: sample_tick also picks the leases timed for work first
-  // (lease_start), which a second step per op would skip for good.
-  const bool timed = (++ts.async_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
+  const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
   const std::int64_t t0 = timed ? now_ns() : 0;
   std::exception_ptr thrown;
   try {
@@ -1049,19 +905,6 @@ void EngineCore::execute(OpRecord* op) {
 std::int64_t EngineCore::now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-void EngineCore::average_in(std::atomic<std::int64_t>& avg_ns, std::atomic<std::uint32_t>& samples, std::int64_t ns,
-                            std::int64_t bound) noexcept {
-  // A moving average over the last ~8 samples. Racy updates may lose a
-  // sample; that only makes the average a little older. One long outlier
-  // (the thread was preempted) is clamped to 16x the bound: it moves the
-  // average by 2x the bound at most, which a few short samples undo.
-  ns = std::min(ns, 16 * bound);
-  // The first kFirstSamples of the engine are all timed, then one in 16.
-  const std::uint32_t n = samples.load(std::memory_order_relaxed);
-  if (n < kFirstSamples) samples.store(n + 1, std::memory_order_relaxed);
-  avg_ns.store(fold_sample(avg_ns.load(std::memory_order_relaxed), n, ns), std::memory_order_relaxed);
 }
 
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {
@@ -1151,10 +994,6 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   if (op->async_started) {
     op->async_started = false;
     async_started_.fetch_sub(1, std::memory_order_relaxed);
-    if (op->kind == OpKind::fn_lease && op->lease_t0 != 0) [[unlikely]] {
-      record_lease(now_ns() - op->lease_t0);
-      op->lease_t0 = 0;
-    }
   }
   ReadyList ready;
   VarRecord* deleted = nullptr;
@@ -1196,7 +1035,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
 
   for (OpRecord* r = ready.head; r != nullptr;) {
     OpRecord* next = r->next;
-    dispatch(r, /*from_push=*/false);
+    dispatch(r, Origin::completion);
     r = next;
   }
   if (counted) op_finished();
@@ -1205,7 +1044,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
 bool EngineCore::must_notify(std::int64_t after) const noexcept {
   return (after == 0 && idle_waiters_.load(std::memory_order_seq_cst) > 0) ||
          (throttle_waiters_.load(std::memory_order_seq_cst) > 0 &&
-          after - async_started_.load(std::memory_order_relaxed) <= resume_at_.load(std::memory_order_relaxed));
+          after - async_started_.load(std::memory_order_relaxed) <= resume_at_);
 }
 
 std::int64_t EngineCore::held_back_count() const noexcept {
@@ -1275,7 +1114,6 @@ void EngineCore::wait_for_var(Var var) {
                                           " of the same engine: it would wait for itself; push a dependent op "
                                           "(or, in a coroutine, co_await ordo::wait_for(engine, var)) instead");
   }
-  stop_helping();
   AccessSpec spec{checked_record(var), VarRecord::gen_of(var), false};
   VarWaiter waiter;
   OpRecord* op = op_alloc();
@@ -1299,7 +1137,6 @@ void EngineCore::wait_for_all() {
     throw Error(Errc::wait_inside_op, "wait_for_all called from inside " + op_label(ts.running->name) +
                                           " of the same engine: it would wait for itself");
   }
-  stop_helping();
   const std::int64_t called = prof_ != nullptr ? prof_->now() : 0;
   {
     std::unique_lock lock(idle_mutex_);

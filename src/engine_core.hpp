@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,20 @@ struct DevicePools {
 /// Ops made ready by one completion, kept in the order they were granted.
 using ReadyList = OpList;
 
+/// Where a ready op runs: EngineCore::place() decides, every path asks it.
+enum class Place : std::uint8_t {
+  now,     ///< on this thread, before the call returns (nested if it runs an op already)
+  next,    ///< on this thread, after the op it runs (its trampoline)
+  chain,   ///< as next, on a worker: the next op of a chain, counted against its continuation budget
+  ahead,   ///< on this worker, next, ahead of the rest of the batch it took from its queue
+  launch,  ///< on this completion thread, inside its delivery loop (ops that run no user code)
+  queue,   ///< queued to its pool (route()) for a worker
+};
+
+/// What made an op ready: its push (every access granted at once), or the
+/// completion of another op (or a fence's release).
+enum class Origin : std::uint8_t { push, completion };
+
 class EngineCore {
  public:
   explicit EngineCore(Options options);
@@ -43,12 +58,13 @@ class EngineCore {
   bool shutdown() noexcept;
   /// steady_clock in nanoseconds (op timing; the worker pool's Keep).
   static std::int64_t now_ns() noexcept;
-  /// How long after a worker (or a lender) takes a batch from its pool's
-  /// queue the ops that its completions make ready may run ahead of the
-  /// rest of the batch (dispatch()). Past it they are queued: the batch's
-  /// ops, which no other worker can take, wait at most this long for them.
-  /// W6 (10 us bodies) is as fast at 300 us as with no limit; 30 us loses
-  /// ~1% (bench/, interleaved runs).
+  /// A held pusher (throttle()) goes on once no op has finished for this
+  /// long: an op in flight may be waiting for something the pusher does next.
+  static constexpr auto kStallPatience = std::chrono::milliseconds(10);
+  /// How long after a worker takes a batch from its pool's queue the ops
+  /// that its completions make ready may run ahead of the rest of the batch
+  /// (Place::ahead). Past it they are queued: the batch's ops, which no
+  /// other worker can take, wait at most this long for them.
   static constexpr std::int64_t kAheadNs = 300'000;
 
   // Variables.
@@ -76,14 +92,15 @@ class EngineCore {
                                                           const EngineCore* owner);
   static std::size_t sort_merge(AccessSpec* out, std::size_t n);
 
-  // The direct path (detail::DirectRun): whether a push may take it (before
-  // normalising: the cheap checks), then the grant of all its accesses
-  // (Direct::granted: the caller runs the body, then end_direct with the
-  // body's error, if any; an owned reference).
+  // The direct path (detail::DirectRun) of an op pushed with
+  // OpAttrs::inline_ok: whether a push may take it (before normalising: the
+  // cheap checks), then the grant of all its accesses (Direct::granted: the
+  // caller runs the body, then end_direct with the body's error, if any; an
+  // owned reference).
   [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
-    return attrs.prop == FnProperty::normal && direct_allowed_here(ctx, n);
+    return attrs.inline_ok && attrs.prop == FnProperty::normal && direct_allowed_here(ctx, n);
   }
-  /// The checks of direct_allowed that do not look at the op.
+  /// The checks of direct_allowed that do not look at the op's attributes.
   [[nodiscard]] bool direct_allowed_here(Context ctx, std::size_t n) const noexcept;
   /// Specs as gathered (Direct::normalized then tells the caller to
   /// sort_merge them before the usual push). `oper`: a pre-built operator's
@@ -97,12 +114,12 @@ class EngineCore {
                                                     std::uint64_t oper_gen = 0) noexcept;
   [[gnu::always_inline]] inline void end_direct(DirectRun& run, ErrorRecord* own) noexcept;
 
-  /// Work first for coroutine leases, without the op's body: a lease pushed
-  /// where dispatch() would grant it at once (lease_direct_allowed: the
-  /// cheap checks, before normalising) whose variables are all free (specs
-  /// sorted and merged) is granted inside the push. `op` becomes the
-  /// started fn_lease op its OnComplete completes, as if its body had run;
-  /// false (nothing changed) if a variable is busy, stale or carries an error.
+  /// A coroutine lease granted inside its push, without the op's body
+  /// (EngineExtension::grant_now): lease_direct_allowed (the cheap checks,
+  /// before normalising), then, if every variable is free (specs sorted and
+  /// merged), `op` becomes the started op its OnComplete completes, as if
+  /// its body had run; false (nothing changed) if a variable is busy, stale
+  /// or carries an error.
   [[nodiscard]] bool lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
   /// What every push stores in its record before granting: the engine, the
   /// attributes and the access count, with an access block where `n` does
@@ -119,7 +136,10 @@ class EngineCore {
   void retire_operator(OperatorRecord* rec) noexcept;
 
   // Running and completing.
-  void dispatch(OpRecord* op, bool from_push);
+  /// Where `op`, ready now on this thread, runs: the one placement decision.
+  [[nodiscard]] Place place(const OpRecord* op, Origin origin) const noexcept;
+  /// Runs or queues a ready op where place() says (a fence gate may hold it first).
+  void dispatch(OpRecord* op, Origin origin);
   /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.
@@ -133,7 +153,7 @@ class EngineCore {
   void wait_for_var(Var var);
   void wait_for_all();
   [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
-  /// detail::IdleRingAccess: the CPU pool's workers may wait in `ring`.
+  /// detail::EngineExtension: the CPU pool's workers may wait in `ring`.
   bool attach_idle_ring(IdleRing* ring) noexcept {
     return opts_.kind != EngineKind::naive && cpu_ != nullptr && cpu_->attach_ring(ring);
   }
@@ -194,113 +214,16 @@ class EngineCore {
   /// so that the unprofiled one keeps its code.
   [[gnu::noinline, gnu::cold]] VarRecord* release_accesses_profiled(OpRecord* op, ErrorRecord* own_error,
                                                                    ErrorRecord* outcome, ReadyList& ready);
-  /// Work first: whether `op` (ready at push) should run on its pusher. Only
-  /// sync CPU ops, and only while the timed ones averaged under
-  /// Options::inline_below_ns (no sample yet: no).
-  [[nodiscard]] bool runs_short(const OpRecord* op) const noexcept {
-    if (!sampled(op)) return false;
-    const OpFn& fn = op->kind == OpKind::oper ? op->oper->fn : op->fn;
-    return short_ops() && !fn.is_async();
+  /// May this thread run an op with `traits` that is ready at its push? The
+  /// push-side rule of place(), shared with the direct paths.
+  [[nodiscard]] bool pusher_runs(std::uint8_t traits, const ThreadState& ts) const noexcept {
+    if (serial_) return true;
+    return (traits & kRunsOnPusher) != 0 && (!ts.completion_thread || (traits & kNoUserCode) != 0);
   }
-  /// Work first is on and the engine's timed CPU ops are short (false until
-  /// one has been timed: an op of unknown length, which may wait for
-  /// something its pusher does next, goes to a worker).
-  [[nodiscard]] bool short_ops() const noexcept {
-    const std::int64_t avg = avg_op_ns_.load(std::memory_order_relaxed);
-    return avg >= 0 && avg < inline_below_ns_;
-  }
-  /// Work first for coroutines: a lease ready at push is granted on the
-  /// pushing thread (the coroutine goes on there without suspending) while
-  /// the timed leases, grant to release, averaged under kLeaseBoundFactor x
-  /// Options::inline_below_ns. The factor: a lease's span includes the
-  /// coroutine's own resume and release (~100-300 ns here), and handing a
-  /// coroutine to a worker costs more than a sync op (a resumption there:
-  /// ~1.2 us per op measured on the W2co chain, 1.5 us offloaded against
-  /// 0.35 us granted at push). A lease held across a suspension (I/O, a
-  /// timer, another op) is long and sends later ones to the workers again.
-  static constexpr std::int64_t kLeaseBoundFactor = 4;
-  [[nodiscard]] bool short_leases() const noexcept {
-    const std::int64_t avg = lease_avg_ns_.load(std::memory_order_relaxed);
-    return avg >= 0 && avg < kLeaseBoundFactor * inline_below_ns_;
-  }
-  /// When a lease granted now starts its timed hold (ns), or 0 if this one
-  /// is not timed: the first kFirstSamples, then one in kSampleEvery per thread.
-  [[nodiscard]] std::int64_t lease_start(ThreadState& ts) const noexcept;
-  /// Leases whose hold time feeds lease_avg_ns_: CPU ones, routed normally.
-  [[nodiscard]] static bool lease_sampled(const OpRecord* op) noexcept {
-    return op->kind == OpKind::fn_lease && op->prop == FnProperty::normal && !op->ctx.is_gpu();
-  }
-  /// Ops whose duration feeds the average: what the CPU pool would run.
-  [[nodiscard]] static bool sampled(const OpRecord* op) noexcept {
-    return op->prop == FnProperty::normal && !op->ctx.is_gpu() &&
-           (op->kind == OpKind::fn || op->kind == OpKind::oper);
-  }
-  /// Whether submit runs `op` (ready at push) to completion before it returns.
-  [[nodiscard]] bool completes_in_push(const OpRecord* op) const noexcept;
-  /// Backpressure's bound on held_back_count() for a pusher (max_in_flight
-  /// != 0). While ops are short, at most kShortWindow: a pusher whose ops
-  /// queue behind a worker's (the first ops of a chain go to a worker until
-  /// one is timed) pushes them at the offload rate, which a worker running
-  /// them as continuations only just outpaces, so neither gets ahead for
-  /// tens of thousands of ops. Held back at a short window, the pusher waits
-  /// for a full drain (throttle) and its next pushes find their variables
-  /// free: they run on it. Ops that wait for their pusher are excluded by
-  /// the work-first rule (docs/guide.md) already. The same holds for a chain
-  /// of short coroutine leases.
-  ///
-  /// Long ops (work first's average at kLongOpFactor x inline_below_ns or
-  /// more, 2.4 us by default; samples are clamped at 16x) are held back at
-  /// kLongWindow too, but it is a soft window: a pusher held there goes on,
-  /// up to max_in_flight, as soon as a CPU worker sleeps with nothing queued
-  /// (see throttle()). Lookahead for
-  /// parallelism is then taken where it is needed, and otherwise the ops in
-  /// flight, their queue nodes and their variables' records stay in cache:
-  /// W6 (10 us bodies, 2 workers) ran ~2% faster held at 256 than at 4096
-  /// (bench/, interleaved runs); held at 4096 and resumed at 3968 it was as
-  /// slow as resumed at 2048, so the gain is the footprint. Ops between
-  /// short and long keep the bound: ~0.5 us ops on 64 chains (ordo_io_bench's
-  /// "worker never blocked") ran ~20% slower held at 256, whose refill,
-  /// 128 ops, is then ~30 us of work, less than a pusher's wake-up on a busy
-  /// 2-core machine; at 2.4 us an op it is ~150 us.
-  static constexpr std::int64_t kShortWindow = 256;
-  static constexpr std::int64_t kLongWindow = 256;
-  [[nodiscard]] std::int64_t window() const noexcept {
-    const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
-    if (short_ops() || short_leases()) return std::min(bound, kShortWindow);
-    return long_ops() ? std::min(bound, kLongWindow) : bound;
-  }
-  /// Work first's average of CPU ops says they are long (see window()).
-  static constexpr std::int64_t kLongOpFactor = 12;
-  [[nodiscard]] bool long_ops() const noexcept {
-    return inline_below_ns_ != 0 && avg_op_ns_.load(std::memory_order_relaxed) >= kLongOpFactor * inline_below_ns_;
-  }
-  /// A CPU worker sleeps (or waits in an I/O ring) with no op queued: a hint.
-  [[nodiscard]] bool cpu_starved() const noexcept;
-  /// A pusher held at the soft window `soft` with `held` ops held back may
-  /// go on towards the bound: a CPU worker starves, lookahead is wanted.
-  [[nodiscard]] bool past_soft_window(std::int64_t soft, std::int64_t held) const noexcept;
-  void record_duration(std::int64_t ns) noexcept { average_in(avg_op_ns_, samples_, ns, inline_below_ns_); }
-  void record_lease(std::int64_t ns) noexcept {
-    average_in(lease_avg_ns_, lease_samples_, ns, kLeaseBoundFactor * inline_below_ns_);
-  }
-  /// One sample `ns` into a moving average judged against `bound`.
-  static void average_in(std::atomic<std::int64_t>& avg, std::atomic<std::uint32_t>& samples, std::int64_t ns,
-                         std::int64_t bound) noexcept;
   bool all_idle() const noexcept;
+  /// Backpressure (Options::max_in_flight): holds a pusher while too many
+  /// ops are held back; it only waits, it never runs an op.
   void throttle();
-  /// Held back (throttle(), long ops): runs the CPU pool's queued ops on
-  /// this thread in place of a parked worker until the ops held back are
-  /// down to `resume_at` (true), or returns false at once, or when nothing
-  /// is queued, for the usual wait.
-  bool help(std::int64_t soft, std::int64_t resume_at);
-  /// Ends this thread's lending before it blocks in the engine.
-  void stop_helping() noexcept {
-    if (lending_) cpu_->unlend(&t_state);
-  }
-  /// Whether a throttled pusher helps (help()): work first is on
-  /// (Options::inline_below_ns, which allows ops on a pushing thread), the
-  /// CPU pool can lend (2 workers or more) and its workers fill the CPUs.
-  bool lending_ = false;
   void recycle_var(VarRecord* v) noexcept;
   bool fence_hold(FenceGate* gate, OpRecord* op);
 
@@ -309,19 +232,14 @@ class EngineCore {
   /// at every dispatch: a gate's fences are only set by ops pushed after it
   /// was installed, and those happen-before the dispatches that must see them.
   std::atomic<FenceGate*> gate_{nullptr};
-  /// The count a throttled pusher waits for (half the window, or 0 under
-  /// work first); written under idle_mutex_ by the last pusher to wait, read by
+  /// The count a throttled pusher waits for (half of max_in_flight); read by
   /// completions to decide whether to wake it (a hint: see throttle()).
-  std::atomic<std::int64_t> resume_at_{0};
-  /// Work first: Options::inline_below_ns (0 = off; naive: off, it runs
-  /// everything inline anyway), and the moving average of timed CPU ops
-  /// in ns (-1: none timed yet). Relaxed: a hint.
-  std::int64_t inline_below_ns_ = 0;
-  std::atomic<std::int64_t> avg_op_ns_{-1};
-  std::atomic<std::uint32_t> samples_{0};  ///< timed ops so far, counted up to kFirstSamples
-  /// The same for coroutine leases (OpKind::fn_lease), grant to release.
-  std::atomic<std::int64_t> lease_avg_ns_{-1};
-  std::atomic<std::uint32_t> lease_samples_{0};
+  std::int64_t resume_at_ = 0;
+  /// Non-zero while pushers go on past the bound because no op finished for
+  /// kStallPatience: the in-flight count last seen then (throttle()). Relaxed: a hint.
+  std::atomic<std::int64_t> stall_mark_{0};
+  /// The naive engine: every op runs on the thread that makes it ready.
+  bool serial_ = false;
   /// Profiling: null when off; every hook is one predictable branch on it
   /// (three per op: push, start, completion). Immutable after construction;
   /// owned by prof_storage_.

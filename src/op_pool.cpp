@@ -52,6 +52,7 @@ void op_free(OpRecord* op) noexcept {
     }
     op->access = op->inline_access;
   }
+  op->traits = kNoTraits;  // OR-ed into by the next push (EngineCore::prepare)
   op->engine = nullptr;
   op->oper = nullptr;
   op->aux = nullptr;

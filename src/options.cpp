@@ -73,7 +73,6 @@ Options Options::from_env(Options base) {
   read_number("ORDO_CPU_PRIORITY_WORKERS", base.cpu_priority_workers);
   read_number("ORDO_IO_WORKERS", base.io_workers);
   read_number("ORDO_MAX_IN_FLIGHT", base.max_in_flight);
-  read_number("ORDO_INLINE_BELOW_NS", base.inline_below_ns);
   if (const char* profile = std::getenv("ORDO_PROFILE"); profile != nullptr) {
     const std::string_view p(profile);
     if (p.empty()) {

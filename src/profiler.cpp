@@ -170,9 +170,6 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
   ProfiledKind kind = ProfiledKind::sync;
   switch (op->kind) {
     case OpKind::fn:
-    case OpKind::fn_stream_ordered:  // a GPU layer's op (ordo/fence.hpp): profiled like any other
-    case OpKind::fn_launcher:        // ordo::io's push_read/push_write
-    case OpKind::fn_lease:           // a coroutine's lease (async)
       kind = op->prop == FnProperty::delete_var ? ProfiledKind::delete_variable
              : op->fn.is_async()                ? ProfiledKind::async
                                                 : ProfiledKind::sync;

@@ -115,4 +115,7 @@ struct OperatorRecord {
   OperatorRecord* free_next = nullptr;
 };
 
+/// The body of `op`: its own, or its pre-built operator's.
+inline OpFn& op_fn(OpRecord* op) noexcept { return op->kind == OpKind::oper ? op->oper->fn : op->fn; }
+
 }  // namespace ordo::detail

@@ -32,12 +32,6 @@ constexpr std::int64_t kMaxBatch = 16;
 // in-flight bound's worth of ready ops fits without growing.
 constexpr std::size_t kFifoInitial = 4096;
 static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is masked: a power of two");
-// Lending: how long the parked worker waits for its lender to come back
-// (WorkerPool::lend) before it takes its place again. A W6 lender comes
-// back every ~0.3-0.7 ms (each refill of the in-flight window); a pusher that
-// went off to do something else leaves its CPU share unused for at most this
-// long, once.
-constexpr long kParkNs = 4'000'000;
 // Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
 // and only while such ops averaged under kKeepOpNs; one delivery in
 // kKeepProbe is kept anyway.
@@ -344,7 +338,6 @@ void WorkerPool::worker_main(int index) {
   ts.pool = this;
   ts.index = index;
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
-  const int last = lendable() ? n_threads_ - 1 : -1;  // the worker a lender replaces
   Keep keep;
   std::uint32_t keep_probe = 0;
   // A new worker has no work to spin for: it goes to sleep at once. Spinning,
@@ -358,7 +351,6 @@ void WorkerPool::worker_main(int index) {
     if (!ts.inline_ops.empty()) {
       op = ts.inline_ops.pop();
     } else {
-      if (index == last && lender_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] park();
       op = try_pop();
       ts.continuations = 0;
       if (op == nullptr) {
@@ -494,52 +486,10 @@ void WorkerPool::wake_if_queued(std::int64_t more_than) noexcept {
   }
 }
 
-bool WorkerPool::lend(const void* who) noexcept {
-  const void* current = lender_.load(std::memory_order_relaxed);
-  if (current != who &&
-      (current != nullptr || !lender_.compare_exchange_strong(current, who, std::memory_order_seq_cst))) {
-    return false;
-  }
-  // Only the lender writes the tick; the parked worker compares it across its waits.
-  lend_tick_.store(lend_tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  return true;
-}
-
-void WorkerPool::unlend(const void* who) noexcept {
-  const void* expected = lender_.load(std::memory_order_relaxed);
-  if (expected == nullptr || (who != nullptr && expected != who)) return;
-  if (!lender_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
-  // Dekker with park(): it counts itself parked, then reads lender_.
-  if (parked_.load(std::memory_order_seq_cst) == 0) return;
-  bump_and_wake_all(park_word_);
-}
-
-void WorkerPool::park() noexcept {
-  parked_.fetch_add(1, std::memory_order_seq_cst);
-  std::uint32_t tick = lend_tick_.load(std::memory_order_relaxed);
-  for (;;) {
-    const std::uint32_t word = park_word_.load(std::memory_order_seq_cst);
-    const void* lender = lender_.load(std::memory_order_seq_cst);
-    if (lender == nullptr || stop_.load(std::memory_order_seq_cst)) break;
-    timespec wait{0, kParkNs};
-    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&park_word_), FUTEX_WAIT_PRIVATE, word, &wait, nullptr, 0);
-    const std::uint32_t now = lend_tick_.load(std::memory_order_relaxed);
-    if (now == tick && park_word_.load(std::memory_order_seq_cst) == word) {
-      // The lender has not been back for a whole wait (it may be blocked
-      // outside the engine, or busy elsewhere): take its place again. If it
-      // comes back it lends anew, and this worker parks at its next look.
-      if (lender_.compare_exchange_strong(lender, nullptr, std::memory_order_seq_cst)) break;
-    }
-    tick = now;
-  }
-  parked_.fetch_sub(1, std::memory_order_seq_cst);
-}
-
 void WorkerPool::stop_and_join() {
   if (!stop_.exchange(true, std::memory_order_seq_cst)) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     epoch_.notify_all();
-    bump_and_wake_all(park_word_);
     // Dekker with the ring's holder: it sets ring_waiting_ then reads stop_.
     if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
   }

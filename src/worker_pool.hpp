@@ -70,7 +70,7 @@ struct ThreadState {
   std::int64_t finished = 0;
   /// Workers: ops run as continuations since the last take from the queue.
   int continuations = 0;
-  /// Counts CPU ops run on this thread; every 16th is timed (work first).
+  /// Counts ops run on this thread; every 16th is timed (op_ns).
   std::uint32_t sample_tick = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
   /// While the body of a skipped op is destroyed: the error that skipped it.
@@ -82,16 +82,13 @@ struct ThreadState {
   /// what that launch makes ready meanwhile goes the usual way.
   bool launching = false;
   /// Until when (EngineCore::now_ns) a continuation may run ahead of the
-  /// rest of the batch last taken from a queue (EngineCore::dispatch).
+  /// rest of the batch last taken from a queue (Place::ahead).
   std::int64_t ahead_until = 0;
-  /// The pool this thread runs ops for as a lender (EngineCore::help), during its help only.
-  WorkerPool* lent_to = nullptr;
   /// How long this thread's ops have lately kept it busy (ns, a moving
   /// average of the timed ones, each clamped at kBatchWorkNs; -1: none timed
   /// yet). Sizes the batches it takes from a queue (WorkerPool::try_pop).
   std::int64_t op_ns = -1;
   std::uint32_t op_samples = 0;  ///< ops timed into op_ns, up to kFirstSamples
-  std::uint32_t async_tick = 0;  ///< counts async ops started here; every 16th is timed into op_ns
 };
 
 /// Most work, by the taking thread's op_ns, that a batch taken from a queue
@@ -103,9 +100,8 @@ struct ThreadState {
 /// ended 12-24% after the ideal end, held in one worker's batch while the
 /// other slept; taken one at a time, 1-3%).
 inline constexpr std::int64_t kBatchWorkNs = 100'000;
-/// Moving averages of op times (the engine's for work first, a thread's
-/// op_ns): the first kFirstSamples are averaged plainly (one cold first op
-/// must not decide alone), then each sample moves the average by 1/8.
+/// A thread's op_ns: the first kFirstSamples are averaged plainly (one cold
+/// first op must not decide alone), then each sample moves the average by 1/8.
 inline constexpr std::uint32_t kFirstSamples = 8;
 
 /// `avg` (-1: none yet) with the sample `ns` folded in; `n` is how many were
@@ -152,7 +148,7 @@ class WorkerPool {
   /// Undoes attach_ring(): wakes the worker in the ring, returns once none is inside it.
   void detach_ring(IdleRing* ring) noexcept;
   /// The attached ring has requests in flight and nobody waiting in it:
-  /// see IdleRingAccess::want_waiter().
+  /// see EngineExtension::want_idle_ring_waiter().
   void want_ring_waiter() noexcept;
   /// A worker sleeps (or waits in the attached ring) with no op queued for
   /// it: a hint. A sleeper woken for a queued op counts as a sleeper until
@@ -165,32 +161,8 @@ class WorkerPool {
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return size_.load(std::memory_order_acquire) == 0 &&
-           sleepers_.load(std::memory_order_acquire) + parked_.load(std::memory_order_acquire) ==
-               n_threads_;
+           sleepers_.load(std::memory_order_acquire) == n_threads_;
   }
-
-  // Lending (a fifo pool of 2 or more workers; see EngineCore::help). A
-  // thread outside the pool, a pusher held back by the in-flight window,
-  // runs the pool's ops in place of its last worker, which parks at its next
-  // look at the queue: the pool's threads and the pusher then fit the CPUs
-  // they share, and the pusher goes on pushing between its ops without a
-  // wake-up or a context switch. One lender at a time. The lending outlasts
-  // the lender's call: it ends when the lender calls unlend() (before it
-  // blocks in the engine), when the pool stops, or when the parked worker
-  // finds that the lender has not come back for kParkNs (it takes its place
-  // again; worker_pool.cpp).
-
-  /// Makes `who` (the calling thread's ThreadState) the lender, or keeps it;
-  /// false if another thread is. Marks the lender as active.
-  bool lend(const void* who) noexcept;
-  /// Ends `who`'s lending, if it is the lender (null: whoever it is), and
-  /// wakes the parked worker.
-  void unlend(const void* who) noexcept;
-  /// For the lender: the next queued op, or null. Takes a batch as a worker
-  /// does; the rest of it goes to the thread's inline list (drained by
-  /// EngineCore::run_now).
-  OpRecord* take_for_lender() { return try_pop(); }
-  [[nodiscard]] bool lendable() const noexcept { return order_ == Order::fifo && n_threads_ >= 2; }
 
  private:
   void worker_main(int index);
@@ -201,8 +173,6 @@ class WorkerPool {
   /// queue's lock.
   OpRecord* try_pop(bool spinning = false);
   OpRecord* spin();
-  /// The last worker, while a thread lends: waits until the lending ends.
-  void park() noexcept;
   void wake_one();
   /// The attached ring if this worker may wait in it now (it then holds it).
   IdleRing* claim_ring() noexcept;
@@ -270,13 +240,6 @@ class WorkerPool {
   /// Moving average (ns) of the ops a worker ran on its own after a delivery
   /// from the ring (see Keep in worker_pool.cpp); -1: none measured yet.
   std::atomic<std::int64_t> kept_op_ns_{-1};
-  // Lending (lend()). The lender's ThreadState, or null; the count of its
-  // visits (written by the lender only); the parked worker's futex word,
-  // bumped to end its wait; workers parked (counted as idle by idle()).
-  alignas(64) std::atomic<const void*> lender_{nullptr};
-  std::atomic<std::uint32_t> lend_tick_{0};
-  std::atomic<std::uint32_t> park_word_{0};
-  std::atomic<int> parked_{0};
   std::vector<std::thread> threads_;
 };
 

@@ -37,7 +37,7 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
 
   --workload W1,W2,...   workloads to run (default: all of W1 W2 W2op W2co W3 W4 W4co W5 W6;
                          peers run W1-W6 only: W2op, W2co, W4co are ways of driving ordo)
-  --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled ordo-offload
+  --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled ordo-inline
                          ordo-naive omp-gomp omp-llvm tbb-flow tbb-flow+build starpu);
                          serial always runs, as the reference; a peer that was not built
                          (package missing) is skipped with a message
@@ -61,9 +61,6 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
   --timeout S            give up on a figure after S seconds (default 300)
   --max-in-flight N      set Options::max_in_flight (backpressure) of every ordo engine
                          (default: Options{}.max_in_flight, 4096; 0: unbounded)
-  --inline-below-ns N    set Options::inline_below_ns (work first) of every ordo engine
-                         that has it on (callgrind_per_op.sh: valgrind runs ops ~50x
-                         slower, which would turn work first off)
   --wait-quiet S         before each figure, wait up to S seconds for the rest of the
                          machine to use less than 0.25 cores, and measure a figure again
                          (at most twice; the quietest attempt is kept) when something else
@@ -86,7 +83,6 @@ struct Config {
   bool fork = true;
   double timeout_s = 300;
   std::optional<std::size_t> max_in_flight;  ///< unset: the engine's default
-  std::optional<unsigned> inline_below_ns;   ///< unset: each ordo engine's own
   double wait_quiet_s = 0;
   bool no_peers = false;
   bool interleave = true;
@@ -175,8 +171,6 @@ Config parse_args(int argc, char** argv) {
       c.wait_quiet_s = parse_number<double>(flag, value(), /*zero_ok=*/true);
     } else if (flag == "--max-in-flight") {
       c.max_in_flight = parse_number<std::size_t>(flag, value(), /*zero_ok=*/true);
-    } else if (flag == "--inline-below-ns") {
-      c.inline_below_ns = parse_number<unsigned>(flag, value());
     } else {
       usage_error("unknown option '" + flag + "'");
     }
@@ -351,9 +345,6 @@ int run(int argc, char** argv) {
           job.rounds = rounds;
         }
         if (job.engine.ordo && cfg.max_in_flight) job.engine.ordo->max_in_flight = *cfg.max_in_flight;
-        if (job.engine.ordo && cfg.inline_below_ns && job.engine.ordo->inline_below_ns != 0) {
-          job.engine.ordo->inline_below_ns = *cfg.inline_below_ns;  // ordo-offload keeps 0
-        }
         ob::Figure fig = run_figure(job, cfg, progress, shared_trace ? &*shared_trace : nullptr);
         if (engine->name == "serial" && round == 1 && fig.m.ok) reference = fig.m.digest;
         merge_run(wf[k], std::move(fig), loads[k], untimed[k], newvar[k]);

@@ -73,7 +73,8 @@ RunResult run_serial(const Trace& t) {
 /// Pushes every op of the trace with push_sync, its variable lists built on
 /// the fly from the trace's indices (a small copy per push, as a framework
 /// translating its own graph would do).
-void push_each(ordo::Engine& engine, const Trace& t, const std::vector<ordo::Var>& vars, std::uint64_t* slots) {
+void push_each(ordo::Engine& engine, const Trace& t, const std::vector<ordo::Var>& vars, std::uint64_t* slots,
+               const ordo::OpAttrs& attrs) {
   const auto n = static_cast<std::uint32_t>(t.ops());
   const Trace* trace = &t;
   ordo::Var buf[kMaxAccess];
@@ -83,7 +84,7 @@ void push_each(ordo::Engine& engine, const Trace& t, const std::vector<ordo::Var
     const std::uint32_t nr = t.n_reads[i];
     for (std::uint32_t k = 0; k < na; ++k) buf[k] = vars[a[k]];
     engine.push_sync([trace, slots, i](ordo::RunContext) { run_op(*trace, slots, i); }, ordo::Context::cpu(),
-                     std::span<const ordo::Var>(buf, nr), std::span<const ordo::Var>(buf + nr, na - nr));
+                     std::span<const ordo::Var>(buf, nr), std::span<const ordo::Var>(buf + nr, na - nr), attrs);
   }
 }
 
@@ -118,7 +119,8 @@ void push_operator(ordo::Engine& engine, ordo::Operator op, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) engine.push(op, ordo::Context::cpu());
 }
 
-RunResult run_ordo(const Trace& t, const ordo::Options& options) {
+RunResult run_ordo(const Trace& t, const ordo::Options& options, bool inline_ok) {
+  const ordo::OpAttrs attrs{.inline_ok = inline_ok};
   std::vector<std::uint64_t> slots = initial_slots(t.num_vars);  // outlives the engine
   ordo::Engine engine(options);
   std::vector<ordo::Var> vars;
@@ -140,7 +142,7 @@ RunResult run_ordo(const Trace& t, const ordo::Options& options) {
     const Trace* trace = &t;
     std::uint64_t* s = slots.data();
     op = engine.new_operator([trace, s, &counter](ordo::RunContext) { run_op(*trace, s, counter++); }, reads,
-                             writes);
+                             writes, attrs);
   }
 
   const auto t0 = Clock::now();
@@ -149,7 +151,7 @@ RunResult run_ordo(const Trace& t, const ordo::Options& options) {
   } else if (t.coroutine) {
     spawn_each(engine, t, vars, slots.data());
   } else {
-    push_each(engine, t, vars, slots.data());
+    push_each(engine, t, vars, slots.data(), attrs);
   }
   engine.wait_for_all();
   const auto t1 = Clock::now();
@@ -174,9 +176,9 @@ const std::vector<EngineSpec>& all_engines() {
                  "per_device, cpu_workers = 2"});
     e.push_back({"ordo-pooled", ordo::Options{.kind = EngineKind::pooled},
                  "pooled, one CPU worker per usable CPU"});
-    e.push_back({"ordo-offload", ordo::Options{.kind = EngineKind::per_device, .inline_below_ns = 0},
-                 "per_device, one CPU worker per usable CPU, work first off (inline_below_ns = 0: "
-                 "every op goes to a worker)"});
+    e.push_back({"ordo-inline", ordo::Options{.kind = EngineKind::per_device},
+                 "per_device, one CPU worker per usable CPU, every op pushed with OpAttrs::inline_ok "
+                 "(its pusher runs it if it is ready at push)", std::nullopt, true});
     e.push_back({"ordo-naive", ordo::Options{.kind = EngineKind::naive},
                  "naive: every op runs inline on the thread that makes it ready"});
     // Peers (bench/peers/): the same trace and op body in another runtime.
@@ -232,7 +234,7 @@ Measurement measure(const EngineSpec& engine, const Trace& trace, int runs, std:
   for (int r = 1; r <= runs; ++r) {
     if (before_run) before_run(r, runs);
     if (engine.peer) throw std::logic_error("a peer runs in its own process (figure.cpp)");
-    const RunResult res = engine.ordo ? run_ordo(trace, *engine.ordo) : run_serial(trace);
+    const RunResult res = engine.ordo ? run_ordo(trace, *engine.ordo, engine.inline_ok) : run_serial(trace);
     if (!engine.ordo && trace.spin_iters != 0) m.split_seconds.push_back(run_split(trace));
     if (r == 1) m.digest = res.digest;
     consistent = consistent && res.digest == m.digest && (!reference || res.digest == *reference);

@@ -33,6 +33,7 @@ struct EngineSpec {
   std::optional<ordo::Options> ordo;   ///< ordo engines only
   std::string description;
   std::optional<PeerSpec> peer{};      ///< peers only (neither: the serial loop)
+  bool inline_ok = false;              ///< ordo: every op pushed with OpAttrs::inline_ok
 };
 
 /// Every engine the driver knows, in report order (serial, ordo, peers).

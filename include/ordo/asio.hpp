@@ -59,12 +59,14 @@
 // the pending handler comes from the handler's associated allocator and is
 // released before the handler runs.
 //
-// WHERE FN RUNS. On an engine worker, except where handing it over would only
-// add wake-ups: push() runs fn inside the call, on the calling thread, when
-// that thread is running an io_context that ordo::asio delivered a handler to
-// before, the op is ready at push (its variables free), and this fn type (the
-// lambda's type) measured at most 2 us, or at most 200 us while the engine has
-// nothing in flight and no earlier inline completion waits on that
+// WHERE FN RUNS. On an engine worker: push() never runs fn on the calling
+// thread, so an io thread is never held by a body it handed off. A fn pushed
+// with OpAttrs::inline_ok (short, never blocks: the caller's promise) may run
+// inside the call where handing it over would only add wake-ups: on a thread
+// running an io_context that ordo::asio delivered a handler to before, when
+// the op is ready at push (its variables free) and this fn type (the
+// lambda's type) measured at most 2 us, or at most 200 us while the engine
+// has nothing in flight and no earlier inline completion waits on that
 // io_context (a second request read in the same turn goes to a worker).
 // Only CPU ops with FnProperty::normal qualify; fn still runs as an op body
 // (Engine::inside_op(), ordering, errors as above). Details:
@@ -144,7 +146,9 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
     }
     if (st->ran_inline) st->hold_turn(std::move(turn));
   } else {
-    engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, attrs);  // eager: registered now
+    OpAttrs offload = attrs;
+    if (st->timed) offload.inline_ok = false;  // inline_ok, but this push goes to a worker (no turn)
+    engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, offload);  // eager: registered now
   }
   return ::asio::async_initiate<Token, asio_detail::signature_t<R>>(
       asio_detail::Initiation<R>{std::shared_ptr<asio_detail::StateBase<R>>(std::move(st))}, token);
@@ -169,7 +173,8 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Token&& token) 
 template <class Token>
 auto wait_for(Engine& engine, Var var, Token&& token) {
   return push(engine, VarSpan(var), VarSpan(), [] {}, Context::cpu(),
-              OpAttrs{.prop = FnProperty::async, .name = "asio::wait_for"}, std::forward<Token>(token));
+              OpAttrs{.prop = FnProperty::async, .name = "asio::wait_for", .inline_ok = true},
+              std::forward<Token>(token));
 }
 
 }  // namespace ordo::asio

@@ -25,7 +25,7 @@ enum class FnProperty : std::uint8_t {
   copy_to_device,    ///< host -> device copy: the device's copy-in worker
   copy_from_device,  ///< device -> host copy: the device's copy-out worker
   cpu_prioritized,   ///< CPU work ordered by priority (higher first) on the priority pool
-  async,             ///< a cheap launcher of asynchronous work: run inline where it becomes ready
+  async,             ///< a cheap launcher of asynchronous work: runs on the engine thread that makes it ready
   delete_var,        ///< set by delete_variable
 };
 
@@ -43,6 +43,11 @@ struct OpAttrs {
   int priority = 0;             ///< honoured by the CPU-priority pool; FIFO elsewhere
   const char* name = nullptr;   ///< must outlive the op (a string literal is ideal)
   bool always_run = false;      ///< run even if an input carries an error (and, on success, clear it)
+  /// A short body that never blocks: if the op is ready when pushed, the
+  /// pushing thread may run it in place, like a call, instead of handing it
+  /// to a worker (pooled and per-device engines; see "Where ops run" in
+  /// docs/guide.md). Without it, no push ever runs an op body.
+  bool inline_ok = false;
 };
 
 }  // namespace ordo

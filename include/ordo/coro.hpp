@@ -1,13 +1,13 @@
 // ordo/coro.hpp - engine ops from coroutines: co_await a push.
 //
-// Built on the public Engine API only (push_async + OnComplete). Free
-// functions taking the engine (a member `engine.push(...)` would need
-// engine.hpp changes):
+// Built on push_async + OnComplete, and on detail::EngineExtension for a
+// lease granted inside its push. Both spellings work: the free functions
+// taking the engine, and the members engine.push(...) / engine.wait_for(v).
 //
 //   // Access form: suspend until the accesses are granted, hold them while
 //   // the coroutine works, release them with the lease.
 //   ordo::Lease lease = co_await ordo::push(engine, ordo::reads(a), ordo::writes(b));
-//   out = f(in);         // runs on the worker that granted the op
+//   out = f(in);         // here if granted at push, else on the worker that granted it
 //   lease.release();     // or let it go out of scope
 //
 //   // Function form: run fn as an op (like push_sync) and get its result.
@@ -85,7 +85,7 @@
 #include "ordo/detail/coro_ops.hpp"
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/detail/coro_varlist.hpp"
-#include "ordo/detail/launcher.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/task.hpp"
 
@@ -325,7 +325,7 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
 
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit LeaseAwaitable(detail::OpState* st) noexcept : OpAwaitBase(st) {}
-  /// Internal: a lease granted inside the push (detail::LeasePush::try_now),
+  /// Internal: a lease granted inside the push (detail::EngineExtension::grant_now),
   /// with no shared state: `done` releases it.
   LeaseAwaitable(OnComplete done, const RunContext& rc) noexcept
       : OpAwaitBase(nullptr), now_(true), now_done_(done), now_rc_(rc) {}
@@ -406,18 +406,23 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 /// coroutine is resumed by the stop request); after the grant it has no effect.
 [[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),
                                          OpAttrs attrs = {}, const std::stop_token& stop = {}) {
-  // Where the push would grant the lease on this thread at once, it is
-  // granted here without a body or shared state (docs/coroutines.md, "Work
-  // first for coroutines"). The stop token cannot matter then: it only
-  // acts before the grant.
+  // A lease whose variables are free is granted inside the push, without a
+  // body or shared state: the coroutine goes on where it is, and runs no
+  // other op (docs/coroutines.md, "Granted at push"). The stop token cannot
+  // matter then: it only acts before the grant.
   int worker = -1;
-  if (detail::OpRecord* op = detail::LeasePush::try_now(engine, ctx, r, w, attrs, worker); op != nullptr) {
+  if (detail::OpRecord* op = detail::EngineExtension::grant_now(engine, ctx, r, w, attrs, worker); op != nullptr) {
     return LeaseAwaitable(op->completion(), RunContext{ctx, nullptr, worker});
   }
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
   mine.get()->cancellable = stop.stop_possible();
-  detail::LeasePush::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs);
+  // Where grant_now declined and the lease is ready at push all the same
+  // (a profiler or fence gate on), its body only publishes the grant: the
+  // pusher may run it (a normal CPU lease; others go to their workers).
+  const bool here = attrs.prop == FnProperty::normal && !ctx.is_gpu();
+  detail::EngineExtension::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs,
+                                here ? detail::kRunsOnPusher : detail::kNoTraits);
   mine.get()->arm(stop);
   return LeaseAwaitable(mine.release());
 }
@@ -472,7 +477,7 @@ template <class F>
 /// CancelledError at once (the read op still completes in order, as a no-op).
 [[nodiscard]] inline OpAwaitable<void> wait_for(Engine& engine, Var var, const std::stop_token& stop = {}) {
   return push(engine, reads(var), writes(), [] {}, Context::cpu(),
-              OpAttrs{.prop = FnProperty::async, .name = "wait_for"}, stop);
+              OpAttrs{.prop = FnProperty::async, .name = "wait_for", .inline_ok = true}, stop);
 }
 
 /// Hooks behind the member spelling Engine::push(reads, writes, ...) and

@@ -31,9 +31,7 @@ namespace ordo {
 
 namespace detail {
 class EngineCore;
-struct IdleRingAccess;
-struct LauncherPush;
-struct LeasePush;
+struct EngineExtension;
 struct OperatorRecord;
 struct ReadsTag;
 struct WritesTag;
@@ -72,6 +70,15 @@ class Operator {
 /// outputs included) and clears the errors of all variables. An error that no
 /// wait rethrew is reported through Options::on_unobserved_error when the
 /// engine is destroyed. Misuse throws ordo::Error from the call.
+///
+/// Where op bodies run. Every push is asynchronous: the pooled and
+/// per-device engines run op bodies on their own threads only, never inside
+/// a push*, delete_variable, post or wait_for_var, nor while max_in_flight
+/// holds a pusher back; an op may wait for anything its pusher does after
+/// the push. wait_for_all may run queued ops on its caller, which waits for
+/// all of them anyway. One exception, chosen per op: OpAttrs::inline_ok lets
+/// a pusher run that op in place if it is ready when pushed. The naive
+/// engine runs every op inline, in push order: that is its purpose.
 ///
 /// Blocking waits inside an op. wait_for_var / wait_for_all called from inside
 /// an op body of the same engine throw ordo::Error{Errc::wait_inside_op}
@@ -127,9 +134,10 @@ class Engine {
         push_sync(D(fn), ctx, reads, writes, attrs);
         return;
       }
-    } else {
-      // Work first's direct path (detail::DirectRun): a short op whose
-      // variables are free runs here, called in place, with no op record.
+    } else if (attrs.inline_ok) {
+      // The direct path (detail::DirectRun): a short op that may run on its
+      // pusher and whose variables are free runs here, called in place,
+      // with no op record.
       detail::DirectRun run;
       const detail::Direct d = begin_direct(run, ctx, reads, writes, attrs);
       if (d == detail::Direct::granted) {
@@ -165,19 +173,6 @@ class Engine {
     detail::OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
     submit(guard, ctx, reads, writes, attrs);
-  }
-
-  /// Advanced (ordo/fence.hpp): push_async for a layer whose op orders
-  /// itself after its variables' fences (the gpu layer's stream ops): the
-  /// installed FenceGate never holds it.
-  template <class F>
-  void push_stream_ordered(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
-    static_assert(detail::is_async_fn_v<std::decay_t<F>>,
-                  "push_stream_ordered needs a body callable as void(RunContext, OnComplete)");
-    detail::OpRecord* op = detail::op_alloc();
-    detail::OpGuard guard(op);
-    op->fn.emplace(std::forward<F>(fn));
-    submit_stream_ordered(guard, ctx, reads, writes, attrs);
   }
 
   /// Prepares an operator (sync or async body, told apart by its signature).
@@ -286,10 +281,10 @@ class Engine {
   [[nodiscard]] static std::exception_ptr skip_reason() noexcept;
 
  private:
-  friend struct detail::LauncherPush;  // internal launchers (OpKind::fn_launcher): ordo::io
-  friend struct detail::LeasePush;     // coroutine leases (OpKind::fn_lease): ordo::push
-  friend struct detail::IdleRingAccess;  // idle workers waiting in an io_uring: ordo::io
-  void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  friend struct detail::EngineExtension;  // the layers' one way in: ordo/detail/extension.hpp
+  /// `traits`: detail::OpTraits beyond what attrs says (a layer's, through EngineExtension).
+  void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+              std::uint8_t traits = 0);
   void submit_normalized(detail::OpGuard& op, Context ctx, const detail::DirectRun& run, const OpAttrs& attrs);
   /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).
   detail::Direct begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
@@ -301,13 +296,10 @@ class Engine {
                               std::uint64_t gen);  // a pre-built operator's, with no reference taken
   void end_direct(detail::DirectRun& run) noexcept;
   void fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept;
-  void submit_launcher(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
-  void submit_lease(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
-  /// A lease granted inside the push, with no body (detail::LeasePush::try_now):
+  /// A lease granted inside the push, with no body (detail::EngineExtension::grant_now):
   /// the started op, or null where the usual push must be made; `worker`:
   /// this thread's worker index (-1: not a worker of this engine).
   detail::OpRecord* grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs, int& worker);
-  void submit_stream_ordered(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();
@@ -326,9 +318,9 @@ class Engine {
 /// naive engine, every dependant (run on the naive engine's helper thread).
 /// Other threads that are not workers get the same treatment from the pooled
 /// and per-device engines; the naive engine runs dependants on them inline.
-/// One exception: ordo's internal launchers (ordo::io's push_read/push_write
-/// ops, whose bodies only submit a request and run no user code) run on a
-/// completion thread where they become ready (pooled, per-device engines).
+/// One exception: ops that run no user code (ordo::io's push_read/push_write
+/// launchers, whose bodies only submit a request) start on a completion
+/// thread where they become ready (pooled, per-device engines).
 ///
 /// @par Thread safety
 /// Affects the calling thread only; scopes nest.

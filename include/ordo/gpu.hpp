@@ -56,6 +56,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ordo/detail/extension.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/gpu/backend.hpp"
 
@@ -235,7 +236,8 @@ class Runtime {
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
     detail::PlanPtr plan = make_plan(ctx, reads, writes, attrs);
-    engine_.push_stream_ordered(Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes, attrs);
+    ordo::detail::EngineExtension::push(engine_, Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes,
+                                        attrs, ordo::detail::kFenceExempt);
   }
 
   /// Prepares a GPU operator: `fn(const Stream&)` as for push, with its

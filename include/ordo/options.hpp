@@ -56,38 +56,17 @@ struct Options {
   unsigned io_workers = 1;             ///< pooled: workers of the I/O (copy) pool
   unsigned gpu_compute_workers = 2;    ///< per_device: compute workers per GPU device
   unsigned gpu_copy_workers = 1;       ///< per_device: workers per copy direction per GPU device
-  /// Backpressure: when > 0, at most this many ops are in flight (not
+  /// Backpressure: when > 0, at most about this many ops are in flight (not
   /// counting async ops whose body has started: they wait on something
   /// outside the engine, such as I/O or a coroutine holding a lease): a
-  /// pushing thread blocks, so a pusher far ahead of the workers keeps memory
-  /// flat (an op record is 256 bytes). While work first times the ops as
-  /// short, a pusher is held at 256 ops in flight (until a full drain); as
-  /// long (2.4 us or more on average, inline_below_ns != 0), at a soft window
-  /// of 256 (resumed at 128) while every CPU worker has work, going on
-  /// towards the bound while one sleeps with nothing queued, so lookahead is
-  /// taken where parallelism needs it and otherwise the ops in flight and
-  /// their variables' records stay in cache (docs/guide.md); otherwise at
-  /// the bound, resumed at half of it. Held at the soft window with a CPU
-  /// worker on every usable CPU, and work first on (inline_below_ns != 0),
-  /// a pusher runs queued CPU ops itself in place of a parked worker until
-  /// the window has drained to half ("lending", docs/guide.md). It never blocks
-  /// when that could deadlock: pushes from inside an op or from a worker are
-  /// not held back, and a held pusher goes on as soon as every worker is idle
-  /// (the ops in flight then wait on something outside the engine, perhaps
-  /// on this very thread). 0: unbounded.
+  /// pushing thread blocks until half of them have finished, so a pusher far
+  /// ahead of the workers keeps memory flat (an op record is 256 bytes). It
+  /// only waits: a held pusher never runs an op. It never blocks when that
+  /// could deadlock: pushes from inside an op or from a worker are not held
+  /// back, and a held pusher goes on as soon as every worker is idle or no op
+  /// has finished for 10 ms (the ops in flight then wait on something
+  /// outside the engine, perhaps on this very thread). 0: unbounded.
   std::size_t max_in_flight = 4096;
-  /// Work first (pooled and per_device): a sync CPU op (FnProperty::normal)
-  /// that is ready when pushed runs on the pushing thread, like a call, while
-  /// the engine's recent CPU ops took less than this many nanoseconds on
-  /// average (its first 8 CPU ops are timed, then one in 16 per thread, one
-  /// in 64 of those run on a pusher; see "Work first" in docs/guide.md):
-  /// handing an op that short to a worker costs more than running it. Longer
-  /// ops, or any op before one was timed, go to the workers; a pusher held
-  /// back by long ops may run queued ones (max_in_flight). 0: never (push
-  /// never runs a sync op, a held pusher only waits). Either way an op must
-  /// not wait for something its pusher does after the push: the naive
-  /// engine, or one worker, would deadlock too.
-  unsigned inline_below_ns = 200;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(60)};
@@ -99,7 +78,7 @@ struct Options {
 
   /// Returns `base` with any of these environment variables applied:
   /// ORDO_ENGINE (naive|pooled|per_device), ORDO_CPU_WORKERS,
-  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT, ORDO_INLINE_BELOW_NS,
+  /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT,
   /// ORDO_PROFILE (0|off: profiling off; 1|on: on; anything else: on, and the
   /// path of the Chrome trace written when the engine is destroyed),
   /// ORDO_PROFILE_MAX_EVENTS.

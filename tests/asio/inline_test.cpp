@@ -1,5 +1,6 @@
-// ordo::asio's inline path (detail/asio_inline.hpp): when push() runs fn on
-// the calling io thread, and that everything else holds when it does:
+// ordo::asio's inline path (detail/asio_inline.hpp): when push() runs an
+// inline_ok fn on the calling io thread (never without the flag), and that
+// everything else holds when it does:
 // handlers still posted to their executors, push order, errors, the wait
 // guard inside ops, cancellation.
 //
@@ -25,6 +26,9 @@
 namespace {
 
 using namespace ordo_asio_test;
+
+/// The inline path is opt-in: fn must be pushed with OpAttrs::inline_ok.
+const ordo::OpAttrs kInline{.inline_ok = true};
 
 constexpr std::int64_t kTrivial = 0;                                       // inline whenever ready
 constexpr std::int64_t kModerate = 50'000;                                 // inline only when nothing else
@@ -62,7 +66,7 @@ TEST(AsioInline, TrivialFnRunsInsidePushOnTheIoThreadAndTheHandlerIsStillPosted)
   int got = 0;
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(strand, [&](std::exception_ptr e, int n) {
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_executor(strand, [&](std::exception_ptr e, int n) {
                        EXPECT_FALSE(e);
                        got = n;
                        called = true;
@@ -96,7 +100,7 @@ TEST(AsioInline, AwaitedPushesFromACoroutineRunOnItsIoThread) {
   run_coro(io, [&]() -> asio::awaitable<void> {
     for (int i = 1; i <= 5; ++i) {
       set_cost(fn, kTrivial);
-      auto op = ordo::asio::push(engine, ordo::reads(), ordo::writes(v), fn, asio::use_awaitable);
+      auto op = ordo::asio::push(engine, ordo::reads(), ordo::writes(v), fn, ordo::Context::cpu(), kInline, asio::use_awaitable);
       EXPECT_EQ(co_await std::move(op), i);
     }
   });
@@ -116,7 +120,7 @@ TEST(AsioInline, HeavyFnIsOffloadedEvenFromAnIdleIoThread) {
   bool done = false;
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(io, [&](std::exception_ptr) { done = true; }));
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) { done = true; }));
   });
   io.run();
   EXPECT_TRUE(done);
@@ -146,18 +150,18 @@ TEST(AsioInline, ModerateFnGoesToAWorkerWhenTheTurnOrTheEngineIsBusy) {
   auto second_turn = [&] {
     // Both earlier completions have run: the turn is clear, but the blocker
     // holds a worker, so the engine is busy.
-    ordo::asio::push(engine, {}, {g}, blocker, asio::bind_executor(io, [&](std::exception_ptr) { ++completed; }));
-    ordo::asio::push(engine, {}, {c}, fc, asio::bind_executor(io, [&](std::exception_ptr) {
+    ordo::asio::push(engine, {}, {g}, blocker, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) { ++completed; }));
+    ordo::asio::push(engine, {}, {c}, fc, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) {
                        ++completed;
                        gate.open();
                      }));
   };
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {a}, fa, asio::bind_executor(io, [&](std::exception_ptr) {
+    ordo::asio::push(engine, {}, {a}, fa, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) {
                        if (++completed == 2) second_turn();
                      }));
-    ordo::asio::push(engine, {}, {b}, fb, asio::bind_executor(io, [&](std::exception_ptr) {
+    ordo::asio::push(engine, {}, {b}, fb, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) {
                        if (++completed == 2) second_turn();
                      }));
   });
@@ -185,10 +189,10 @@ TEST(AsioInline, DroppedOperationGivesItsTurnBack) {
   asio::post(io, [&] {
     register_io_thread(engine, io);
     {
-      auto dropped = ordo::asio::push(engine, {}, {a}, fa, asio::experimental::deferred);
+      auto dropped = ordo::asio::push(engine, {}, {a}, fa, ordo::Context::cpu(), kInline, asio::experimental::deferred);
       (void)dropped;
     }
-    ordo::asio::push(engine, {}, {b}, fb, asio::bind_executor(io, [&](std::exception_ptr) { done = true; }));
+    ordo::asio::push(engine, {}, {b}, fb, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr) { done = true; }));
   });
   io.run();
   EXPECT_TRUE(done);
@@ -206,7 +210,7 @@ TEST(AsioInline, NoInlineRunOnAThreadThatIsNotRunningTheIoContext) {
   for (int i = 0; i < 3; ++i) {
     set_cost(fn, kTrivial);
     std::promise<void> p;
-    ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(t.io(), [&](std::exception_ptr) { p.set_value(); }));
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_executor(t.io(), [&](std::exception_ptr) { p.set_value(); }));
     p.get_future().get();
     EXPECT_NE(fn_thread, me) << "push " << i << " from a thread that runs no io_context";
   }
@@ -226,7 +230,7 @@ TEST(AsioInline, ExceptionOfAnInlineFnReachesTheHandlerAndTheVariable) {
   std::string message;
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(io, [&](std::exception_ptr e, int n) {
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_executor(io, [&](std::exception_ptr e, int n) {
                        EXPECT_EQ(n, 0);
                        try {
                          std::rethrow_exception(e);
@@ -259,7 +263,7 @@ TEST(AsioInline, BlockingEngineWaitInsideAnInlineFnThrows) {
   set_cost(fn, kTrivial);
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(io, [](std::exception_ptr e) { EXPECT_FALSE(e); }));
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_executor(io, [](std::exception_ptr e) { EXPECT_FALSE(e); }));
   });
   io.run();
   EXPECT_EQ(fn_thread, me);
@@ -282,8 +286,7 @@ TEST(AsioInline, CancellationAfterAnInlineRunHasNoEffect) {
   int got = 0;
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn,
-                     asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(io, [&](std::exception_ptr e, int n) {
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(io, [&](std::exception_ptr e, int n) {
                        err = e;
                        got = n;
                      })));
@@ -313,8 +316,7 @@ TEST(AsioInline, HandlerOfAnInlineRunUsesItsAllocator) {
   int live_in_handler = -1, got = 0;
   asio::post(io, [&] {
     register_io_thread(engine, io);
-    ordo::asio::push(engine, {}, {v}, fn,
-                     asio::bind_allocator(CountingAllocator<int>(&stats), asio::bind_executor(io, [&](std::exception_ptr, int n) {
+    ordo::asio::push(engine, {}, {v}, fn, ordo::Context::cpu(), kInline, asio::bind_allocator(CountingAllocator<int>(&stats), asio::bind_executor(io, [&](std::exception_ptr, int n) {
                                             got = n;
                                             live_in_handler = stats.live.load();
                                           })));
@@ -399,11 +401,11 @@ TEST(AsioInline, MixedInlineAndOffloadedOpsMatchASerialRun) {
         set_cost(heavy, kHeavy);
         const ordo::VarSpan rs(r), ws(w);
         if (op.cls == 0) {
-          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, trivial, asio::use_awaitable));
+          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, trivial, ordo::Context::cpu(), kInline, asio::use_awaitable));
         } else if (op.cls == 1) {
-          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, moderate, asio::use_awaitable));
+          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, moderate, ordo::Context::cpu(), kInline, asio::use_awaitable));
         } else {
-          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, heavy, asio::use_awaitable));
+          pending.emplace_back(i, ordo::asio::push(engine, rs, ws, heavy, ordo::Context::cpu(), kInline, asio::use_awaitable));
         }
         for (unsigned n = rng() % 3; n > 0 && !pending.empty(); --n) co_await await_one(rng() % pending.size());
       }
@@ -412,6 +414,33 @@ TEST(AsioInline, MixedInlineAndOffloadedOpsMatchASerialRun) {
     EXPECT_EQ(mismatches, 0);
     EXPECT_EQ(vals, ref);
   }
+}
+
+TEST(AsioInline, WithoutInlineOkEvenATrivialFnRunsOnAWorker) {
+  // The io thread is never taken hostage by a body it handed off: only fn
+  // pushed with OpAttrs::inline_ok may run inside push.
+  ordo::Engine engine(test_options());
+  ordo::Var v = engine.new_variable();
+  asio::io_context io;
+  const auto me = std::this_thread::get_id();
+  int on_io_thread = 0;  // written by fn, which runs in push order on v
+  auto fn = [&] {
+    if (std::this_thread::get_id() == me) ++on_io_thread;
+  };
+  set_cost(fn, kTrivial);
+  int completed = 0;
+  asio::post(io, [&] {
+    register_io_thread(engine, io);
+    for (int i = 0; i < 100; ++i) {
+      ordo::asio::push(engine, {}, {v}, fn, asio::bind_executor(io, [&](std::exception_ptr e) {
+                         EXPECT_FALSE(e);
+                         ++completed;
+                       }));
+    }
+  });
+  io.run();
+  EXPECT_EQ(completed, 100);
+  EXPECT_EQ(on_io_thread, 0);
 }
 
 }  // namespace

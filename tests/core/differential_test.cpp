@@ -54,11 +54,11 @@ void body(const OpSpec& op, std::size_t index, std::vector<std::uint64_t>& vals)
 std::vector<std::uint64_t> run_serial(const Trace& t) { return replay_serial(t.ops, t.vars); }
 
 
-std::vector<std::uint64_t> run_engine(const Trace& t, const Options& options) {
+std::vector<std::uint64_t> run_engine(const Trace& t, const EngineConfig& cfg) {
   std::vector<std::uint64_t> vals(static_cast<std::size_t>(t.vars), 0);
   ThreadExecutor completer;  // completes async ops; outlives the engine (destroyed after it drains)
   {
-    Engine engine(options);
+    Engine engine(cfg.options);
     std::vector<Var> vars;
     for (int i = 0; i < t.vars; ++i) vars.push_back(engine.new_variable());
     std::vector<Var> reads, writes;
@@ -71,7 +71,8 @@ std::vector<std::uint64_t> run_engine(const Trace& t, const Options& options) {
       switch (op.kind) {
         case Kind::sync:
         case Kind::oper:
-          engine.push_sync([&op, i, &vals] { body(op, i, vals); }, Context::cpu(), reads, writes);
+          engine.push_sync([&op, i, &vals] { body(op, i, vals); }, Context::cpu(), reads, writes,
+                           {.inline_ok = cfg.inline_ok});
           break;
         case Kind::prioritized:
           engine.push_sync([&op, i, &vals] { body(op, i, vals); }, Context::cpu(), reads, writes,
@@ -107,7 +108,7 @@ TEST(Differential, RandomTracesMatchSerialOnEveryEngine) {
     const Trace trace = make_trace(seed, 300, ops);
     const auto expected = run_serial(trace);
     for (const auto& cfg : all_engine_configs()) {
-      const auto got = run_engine(trace, cfg.options);
+      const auto got = run_engine(trace, cfg);
       ASSERT_EQ(got, expected) << "engine " << cfg.label << " diverged from the serial run, seed=" << seed;
     }
   }

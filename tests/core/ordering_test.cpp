@@ -86,9 +86,7 @@ TEST_P(Ordering, ConflictingOpsRunInPushOrder) {
 TEST_P(Ordering, ReadsOfOneVariableOverlap) {
   const Options& o = GetParam().options;
   if (o.kind == EngineKind::naive || o.cpu_workers < 2) GTEST_SKIP() << "needs two workers";
-  Options offload = o;
-  offload.inline_below_ns = 0;  // both ops on workers: work first could run one on this thread
-  Engine engine(offload);
+  Engine engine(o);
   Var v = engine.new_variable();
   // Both readers must be inside their bodies at once to pass the rendezvous.
   Counter arrived;
@@ -108,9 +106,7 @@ TEST_P(Ordering, ReadsOfOneVariableOverlap) {
 TEST_P(Ordering, IndependentWritesOverlap) {
   const Options& o = GetParam().options;
   if (o.kind == EngineKind::naive || o.cpu_workers < 2) GTEST_SKIP() << "needs two workers";
-  Options offload = o;
-  offload.inline_below_ns = 0;  // both ops on workers: work first could run one on this thread
-  Engine engine(offload);
+  Engine engine(o);
   Var a = engine.new_variable(), b = engine.new_variable();
   Counter arrived;
   std::atomic<int> passed{0};
@@ -183,8 +179,8 @@ TEST(OrderingPolicy, FifoHoldsWhileTheQueueWrapsAndGrows) {
   // One worker, held by a gate while ready ops queue behind it: the first
   // round leaves the ring's start mid-array, the second then queues 10000
   // (wrapping, and growing twice while wrapped); both run in push order.
-  // Work first off and no bound, so every op is queued, none run inline.
-  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0, .inline_below_ns = 0});
+  // No bound, so every op is queued.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});
   for (const int ops : {3000, 10000}) {
     Gate gate;
     Counter started;
@@ -205,7 +201,7 @@ TEST(OrderingPolicy, ConcurrentPushersGrowTheQueueWithoutLosingOrder) {
   // Four threads queue ready ops behind one gated worker at once, so the
   // ring grows (8x) while others queue: each op runs exactly once, and each
   // pusher's ops in its push order.
-  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0, .inline_below_ns = 0});
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});
   Gate gate;
   Counter started;
   engine.push_sync([&] { started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {});

@@ -88,6 +88,9 @@ inline std::uint64_t test_seed(const char* what) {
 struct EngineConfig {
   std::string label;
   Options options;
+  /// Tests that push through the config push their sync ops with
+  /// OpAttrs::inline_ok (the pusher may run those that are ready).
+  bool inline_ok = false;
 };
 
 inline void PrintTo(const EngineConfig& c, std::ostream* os) { *os << c.label; }
@@ -101,17 +104,13 @@ inline std::vector<EngineConfig> all_engine_configs() {
     out.push_back({"per_device/" + std::to_string(w),
                    Options{.kind = EngineKind::per_device, .cpu_workers = w, .cpu_priority_workers = 1}});
   }
-  // Work first (Options::inline_below_ns) pinned both ways: the default bound
-  // depends on how long ops take on the machine running the tests.
-  out.push_back({"per_device/2/offload",
-                 Options{.kind = EngineKind::per_device, .cpu_workers = 2, .inline_below_ns = 0}});
-  out.push_back({"per_device/2/work_first",
-                 Options{.kind = EngineKind::per_device, .cpu_workers = 2, .inline_below_ns = UINT_MAX}});
+  // Ops that their pushers may run (OpAttrs::inline_ok), where the test uses it.
+  out.push_back({"per_device/2/inline_ok", Options{.kind = EngineKind::per_device, .cpu_workers = 2}, true});
   return out;
 }
 
 /// The threaded engine kinds, for tests of behaviour the naive engine does
-/// not have (work first: tests/core and tests/coro work_first_test.cpp).
+/// not have (where ops run: tests/core/placement_test.cpp).
 struct ThreadedKind {
   std::string label;
   EngineKind kind;

@@ -25,7 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "core/test_util.hpp"
-#include "ordo/detail/launcher.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/io.hpp"
 #include "ordo/task.hpp"
@@ -533,7 +533,8 @@ TEST_P(Io, LaunchersStartOnTheCompletionThreadUserAsyncOpsOnWorkers) {
       done();
     };
   };
-  ordo::detail::LauncherPush::push(engine, record(launcher), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
+  ordo::detail::EngineExtension::push(engine, record(launcher), Context::cpu(), {}, {v}, {.prop = FnProperty::async},
+                                      ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode);
   engine.push_async(record(user), Context::cpu(), {}, {v}, {.prop = FnProperty::async});
   reaper_io.push_read(v, r.fd, bytes(second), Reactor::kCurrent);  // launched behind the user's op
   ASSERT_EQ(::write(w.fd, "ab", 2), 2);
@@ -790,7 +791,7 @@ TEST(IdleWorkers, AnIdleWorkerDeliversTheCompletionsItWaitsFor) {
 // the ring only while something is. Timers started one at a time by a thread
 // that is no worker (each after the previous one's callback ran on the
 // worker) are still delivered by the worker, from the ring: the submit calls
-// it there (IdleRingAccess::want_waiter), or the worker, going idle after the
+// it there (EngineExtension::want_idle_ring_waiter), or the worker, going idle after the
 // callback, finds the timer pending. (Which of the two is a race; without
 // either, the reaper would deliver every one.)
 TEST(IdleWorkers, TimersStartedByAnotherThreadAreDeliveredFromTheRing) {

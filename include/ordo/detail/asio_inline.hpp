@@ -6,8 +6,9 @@
 // (a futex) and, when fn is done, the io_context's (its reactor interrupt).
 // When the io thread has nothing else to do meanwhile, or fn costs less than
 // handing it over, those wake-ups are all that offloading buys. So push()
-// runs fn right where it is pushed, like an FnProperty::async launcher, when
-// all of these hold:
+// runs fn right where it is pushed, when all of these hold:
+//  - fn was pushed with OpAttrs::inline_ok (the caller says it is short and
+//    never blocks; without it fn always goes to a worker);
 //  - fn is a CPU op (FnProperty::normal, CPU context, not the naive engine)
 //    whose type (the lambda's type: one per call site) has run before: its
 //    run time is measured wherever it runs (a moving average);
@@ -119,7 +120,7 @@ std::int64_t cost_ns() noexcept {
 
 /// True if an op pushed with (ctx, attrs) may take the inline path at all.
 inline bool eligible(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept {
-  return attrs.prop == FnProperty::normal && !ctx.is_gpu() && engine.kind() != EngineKind::naive;
+  return attrs.inline_ok && attrs.prop == FnProperty::normal && !ctx.is_gpu() && engine.kind() != EngineKind::naive;
 }
 
 /// The pending counter of the io_context running on this thread, if a fn

@@ -36,7 +36,7 @@ class IdleRing {
   /// otherwise: a request that the kernel completes during its submit (a
   /// read from the page cache) needs no waiter, and its CQE would wake one.
   /// A submit that leaves requests in flight with nobody in the ring calls
-  /// IdleRingAccess::want_waiter().
+  /// EngineExtension::want_idle_ring_waiter().
   [[nodiscard]] virtual bool pending() const noexcept = 0;
   /// Delivers the completions that are ready, on the calling worker, and
   /// gives the ring up (a reaper thread takes over while no worker waits).
@@ -44,23 +44,6 @@ class IdleRing {
 
  protected:
   ~IdleRing() = default;
-};
-
-/// Attaches an IdleRing to an engine's CPU workers. The Engine befriends it.
-struct IdleRingAccess {
-  /// From now on an idle CPU worker of `engine` may wait in `ring`. False
-  /// where none can: the naive engine, or another ring already attached.
-  static bool attach(Engine& engine, IdleRing* ring) noexcept;
-  /// Undoes attach(): wakes the worker waiting in `ring`, if any, and
-  /// returns once no worker is inside its wait() or deliver().
-  static void detach(Engine& engine, IdleRing* ring) noexcept;
-  /// Requests are now in flight in the attached ring and no worker waits in
-  /// it: brings an idle worker there. On one of the engine's CPU workers
-  /// this only leaves a note: that worker goes to the ring itself when it
-  /// runs out of work, and wakes a sleeper for it if it takes another op
-  /// first. Elsewhere it wakes a sleeping worker, if any (none idle: the
-  /// first to run out of work finds the requests pending).
-  static void want_waiter(Engine& engine) noexcept;
 };
 
 }  // namespace ordo::detail

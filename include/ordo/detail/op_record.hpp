@@ -18,21 +18,32 @@ struct OperatorRecord;
 struct ErrorRecord;
 struct OpRecord;
 
+/// Where an op's body lives and how the core treats it. What an op *is*
+/// beyond that (async, runs user code, fence-exempt) is in its OpTraits.
 enum class OpKind : std::uint8_t {
-  fn,        ///< body in OpRecord::fn (sync or async)
-  oper,      ///< body in the pre-built operator OpRecord::oper
-  fn_stream_ordered,  ///< body in OpRecord::fn, pushed by Engine::push_stream_ordered:
-                      ///< never held by a FenceGate (ordo/fence.hpp)
-  fn_launcher,  ///< internal: an async body in OpRecord::fn that only starts asynchronous work and
-                ///< runs no user code (ordo::io's push_read/push_write, via detail::LauncherPush):
-                ///< runs inline where it becomes ready, a CompletionThread included
-  fn_lease,  ///< internal: the op behind a coroutine's Lease (ordo::push, access form, via
-             ///< detail::LeasePush): an async body that only publishes the grant; the op lasts
-             ///< until the lease is released (timed for work first's coroutine rule)
+  fn,    ///< body in OpRecord::fn (sync or async)
+  oper,  ///< body in the pre-built operator OpRecord::oper
   // Kinds from here on are dispatched specially (one compare on the hot path).
   wait_var,  ///< internal: wakes a thread blocked in wait_for_var (no user code)
   posted,    ///< Engine::post: body in OpRecord::fn, no variables, never run on the
              ///< posting thread, never held back by max_in_flight
+};
+
+/// What an op is, for the placement decision (EngineCore::place) and the
+/// fence gate. Set at push: from OpAttrs::inline_ok, or by a layer through
+/// detail::EngineExtension. Bits of OpRecord::traits.
+enum OpTraits : std::uint8_t {
+  kNoTraits = 0,
+  /// May run on the thread that pushes it, if it is ready then: a short
+  /// body that never blocks (OpAttrs::inline_ok), or a layer's body that
+  /// runs no user code at push (a coroutine lease publishing its grant).
+  kRunsOnPusher = 1,
+  /// Runs no user code wherever it runs, and only starts asynchronous work
+  /// (ordo::io's launchers): may start on a completion thread.
+  kNoUserCode = 2,
+  /// Orders itself after its variables' fences (the gpu layer's stream
+  /// ops, ordo/fence.hpp): a FenceGate never holds it.
+  kFenceExempt = 4,
 };
 
 /// One access of an op to one variable. While waiting it is linked into the
@@ -72,9 +83,9 @@ enum class Direct : std::uint8_t {
   granted,     ///< every access granted: run the body now, then Engine::end_direct
 };
 
-/// Work first's direct path (Engine::push_sync, Engine::push(Operator)): a
-/// short sync CPU op whose variables are all free when it is pushed runs on
-/// the pushing thread with no op record. Its accesses are granted under the
+/// The direct path (Engine::push_sync, Engine::push(Operator)) of an op
+/// pushed with OpAttrs::inline_ok: a sync CPU op whose variables are all
+/// free when it is pushed runs on the pushing thread with no op record. Its accesses are granted under the
 /// variables' locks as a push would grant them, the body is called in place
 /// (not moved into a type-erased slot), and the accesses are released as a
 /// completion would release them. Lives on the pusher's stack.
@@ -85,8 +96,6 @@ struct DirectRun {
   /// A pre-built operator's run: counted in its OperatorRecord::direct_runs
   /// (no reference taken), which end_direct decrements.
   OperatorRecord* oper = nullptr;
-  bool timed = false;    ///< the body's duration feeds work first's average
-  std::int64_t t0 = 0;   ///< when timed: the start, in ns
   Context ctx{};
   RunningOp self{};
   const RunningOp* outer = nullptr;  ///< the thread's ThreadState::running before
@@ -116,6 +125,7 @@ struct alignas(64) OpRecord {
   /// once the body returns), 0 otherwise.
   std::atomic<std::uint8_t> body{0};
   OpKind kind = OpKind::fn;
+  std::uint8_t traits = kNoTraits;  ///< OpTraits bits, set by the push
   FnProperty prop = FnProperty::normal;
   bool always_run = false;
   /// Async body started and not yet completed: not counted by backpressure
@@ -150,11 +160,7 @@ struct alignas(64) OpRecord {
   Context ctx{};
   const char* name = nullptr;
   OperatorRecord* oper = nullptr;
-  /// One word per kind: set by whoever pushes or runs the op before it is read.
-  union {
-    void* aux = nullptr;    ///< wait_var: the waiting thread's state
-    std::int64_t lease_t0;  ///< fn_lease: when a timed grant was published (ns), else 0 (set by execute)
-  };
+  void* aux = nullptr;  ///< wait_var: the waiting thread's state
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
   OpFn fn;
 

@@ -1,9 +1,7 @@
-// Work first for coroutines: a lease (co_await ordo::push, access form) that
-// is ready at push, pushed from a thread outside the engine, is granted on
-// that thread while the engine's timed leases (grant to release) are short;
-// the coroutine then goes on there without suspending. Otherwise, and always
-// with Options::inline_below_ns = 0, it is granted on a worker. The first 8
-// leases of an engine are timed, then one in 16 per thread.
+// A coroutine lease (co_await ordo::push, access form) whose variables are
+// free at push is granted inside the push: the coroutine goes on where it is,
+// without suspending, and runs no other op. No op body ever runs on the
+// pushing thread: the function form runs fn on a worker.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -15,13 +13,12 @@
 namespace ordo::test {
 namespace {
 
-class CoroWorkFirst : public ::testing::TestWithParam<ThreadedKind> {
+class GrantedAtPush : public ::testing::TestWithParam<ThreadedKind> {
  protected:
-  Options options(unsigned inline_below_ns) const {
+  Options options() const {
     Options o;
     o.kind = GetParam().kind;
     o.cpu_workers = 2;
-    o.inline_below_ns = inline_below_ns;
     return o;
   }
 };
@@ -49,70 +46,50 @@ std::vector<Where> run_steps(Engine& engine, Var v, int n, std::chrono::microsec
     scope.spawn(step(engine, v, where[static_cast<std::size_t>(i)], hold));
     scope.sync_join();
     bounded_wait(engine, v);
+    engine.wait_for_all();  // bounded_wait's own read of v may still be running
   }
   return where;
 }
 
-TEST_P(CoroWorkFirst, ShortLeasesReadyAtPushAreGrantedOnThePusher) {
-  // A generous bound, so that sanitizer builds count as short too.
-  Engine engine(options(10'000'000));
+TEST_P(GrantedAtPush, LeasesReadyAtPushAreGrantedOnThePusherShortOrLong) {
+  Engine engine(options());
   Var v = engine.new_variable();
-  (void)run_steps(engine, v, 16);  // the first leases (untimed: on workers) set the average
   const auto me = std::this_thread::get_id();
-  const std::vector<Where> after = run_steps(engine, v, 32);
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    EXPECT_EQ(after[i].thread, me) << "lease " << i << " should have been granted on its pusher";
-    EXPECT_EQ(after[i].worker, -1) << "lease " << i << ": a pusher is not a worker";
+  for (const auto hold : {std::chrono::microseconds(0), std::chrono::microseconds(300)}) {
+    const std::vector<Where> all = run_steps(engine, v, 32, hold);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(all[i].thread, me) << "lease " << i << " should have been granted on its pusher";
+      EXPECT_EQ(all[i].worker, -1) << "lease " << i << ": a pusher is not a worker";
+    }
   }
 }
 
-TEST_P(CoroWorkFirst, LongLeasesSendLaterOnesToWorkers) {
-  Engine engine(options(1'000));  // leases count as short under 4 us
+TEST_P(GrantedAtPush, TheFunctionFormNeverRunsOnThePusher) {
+  Engine engine(options());
   Var v = engine.new_variable();
-  (void)run_steps(engine, v, 16, std::chrono::microseconds(300));
-  // Short, but the average is long: granted on a worker. (The coroutine may
-  // still go on on this thread: a grant that lands before the co_await
-  // does not suspend it. run_context().worker says who granted.)
-  const std::vector<Where> after = run_steps(engine, v, 4);
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    EXPECT_GE(after[i].worker, 0) << "lease " << i << " should have been granted on a worker";
-  }
+  const auto me = std::this_thread::get_id();
+  int on_pusher = 0;  // written by fn, read after the join
+  auto body = [&]() -> Task<void> {
+    for (int i = 0; i < 200; ++i) {
+      co_await push(engine, reads(), writes(v), [&] {
+        if (std::this_thread::get_id() == me) ++on_pusher;
+      });
+    }
+  };
+  AsyncScope scope;
+  scope.spawn(body());
+  scope.sync_join();
+  engine.wait_for_all();
+  EXPECT_EQ(on_pusher, 0);
 }
 
-TEST_P(CoroWorkFirst, LeasesGoToWorkersWhenTheyGetLongAndBack) {
-  // As WorkFirst.SwitchesToWorkersWhenOpsGetLongAndBack, for leases. Once
-  // long, they are granted on the workers, and timed there (one in 16 per
-  // thread): that is how short ones come back to the pusher.
-  Engine engine(options(20'000));  // leases count as short under 80 us
-  Var v = engine.new_variable();
-  const auto on_pusher = [&](std::chrono::microseconds hold) { return run_steps(engine, v, 1, hold)[0].worker == -1; };
-  int steps = 0;
-  while (!on_pusher({})) ASSERT_LT(++steps, 5000) << "short leases were never granted on the pusher";
-  steps = 0;
-  while (on_pusher(std::chrono::microseconds(800))) {
-    ASSERT_LT(++steps, 1000) << "long leases kept being granted on the pusher";
-  }
-  steps = 0;
-  while (!on_pusher({})) ASSERT_LT(++steps, 5000) << "short leases never came back to the pusher";
-}
-
-TEST_P(CoroWorkFirst, WorkFirstOffKeepsEveryLeaseOnTheWorkers) {
-  Engine engine(options(0));
-  Var v = engine.new_variable();
-  const std::vector<Where> all = run_steps(engine, v, 48);
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    EXPECT_GE(all[i].worker, 0) << "lease " << i << " should have been granted on a worker";
-  }
-}
-
-TEST_P(CoroWorkFirst, ALeaseGrantedOnThePusherStillOrdersLaterOps) {
+TEST_P(GrantedAtPush, ALeaseGrantedOnThePusherStillOrdersLaterOps) {
   // Granted at push, then held across a suspension on another op: a sync op
   // pushed meanwhile on the same variable waits for the lease's release, and
   // the coroutine resumes on the worker that granted the awaited op.
-  Engine engine(options(10'000'000));
+  Engine engine(options());
   Var v = engine.new_variable();
   Var w = engine.new_variable();
-  (void)run_steps(engine, v, 16);
   // w is held by a coroutine (granted here too) that waits for an event.
   Event release_w;
   auto holder = [&]() -> Task<void> {
@@ -143,13 +120,13 @@ TEST_P(CoroWorkFirst, ALeaseGrantedOnThePusherStillOrdersLaterOps) {
   EXPECT_GE(second.worker, 0) << "resumed by the worker that granted the read of w";
 }
 
-TEST_P(CoroWorkFirst, ALeaseReadyAtPushOnAWorkerIsGrantedThere) {
+TEST_P(GrantedAtPush, ALeaseReadyAtPushOnAWorkerIsGrantedThere) {
   // A coroutine on a CPU worker (resumed there by the grant of a lease that
   // had to wait) pushes a lease whose variable is free: it is granted at
   // once on that worker and the coroutine goes on there. The lease still
   // orders later ops: a sync op pushed meanwhile on its variable waits for
   // its release.
-  Engine engine(options(10'000'000));
+  Engine engine(options());
   Var a = engine.new_variable();
   Var b = engine.new_variable();
   OnComplete finish_a;
@@ -197,12 +174,11 @@ TEST_P(CoroWorkFirst, ALeaseReadyAtPushOnAWorkerIsGrantedThere) {
   EXPECT_EQ(engine.in_flight(), 0U);
 }
 
-TEST_P(CoroWorkFirst, ALeaseGrantedAtPushIsInFlightAndFailsItsVariables) {
+TEST_P(GrantedAtPush, ALeaseGrantedAtPushIsInFlightAndFailsItsVariables) {
   // Granted on this thread at push (no op body ran), the lease is an op in
   // flight until released, and failing it stores the error on what it writes.
-  Engine engine(options(10'000'000));
+  Engine engine(options());
   Var v = engine.new_variable();
-  (void)run_steps(engine, v, 16);
   Event release;
   Where where;
   auto body = [&]() -> Task<void> {
@@ -223,10 +199,10 @@ TEST_P(CoroWorkFirst, ALeaseGrantedAtPushIsInFlightAndFailsItsVariables) {
   EXPECT_EQ(engine.var_version(v), before + 1) << "a failed write still counts as a version";
 }
 
-TEST_P(CoroWorkFirst, ChainsOfShortLeasesMatchASerialRun) {
+TEST_P(GrantedAtPush, ChainsOfShortLeasesMatchASerialRun) {
   // Many coroutines over a few variables, spawned from this thread: granted
   // here or on workers, the result must be the serial one.
-  Engine engine(options(10'000'000));
+  Engine engine(options());
   constexpr int kVars = 4;
   constexpr int kSteps = 4000;
   std::vector<Var> vars;
@@ -253,7 +229,7 @@ TEST_P(CoroWorkFirst, ChainsOfShortLeasesMatchASerialRun) {
   EXPECT_EQ(slot, serial);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CoroWorkFirst, threaded_kinds(), threaded_kind_name);
+INSTANTIATE_TEST_SUITE_P(Engines, GrantedAtPush, threaded_kinds(), threaded_kind_name);
 
 }  // namespace
 }  // namespace ordo::test

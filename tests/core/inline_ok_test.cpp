@@ -1,7 +1,7 @@
-// Work first (Options::inline_below_ns): a ready sync CPU op runs on its
-// pusher while the engine's timed CPU ops are short, and goes to a worker
-// otherwise. The engine's first 8 ops are timed, then one in 16 per thread;
-// until one has been timed, ops go to the workers.
+// OpAttrs::inline_ok: an op that says it is short and never blocks runs on
+// its pusher when it is ready at push (the only way a push runs a body), and
+// keeps every rule of a queued op. tests/core/placement_test.cpp checks that
+// no other op ever does.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,31 +19,30 @@
 namespace ordo::test {
 namespace {
 
-class WorkFirst : public ::testing::TestWithParam<ThreadedKind> {
+class InlineOk : public ::testing::TestWithParam<ThreadedKind> {
  protected:
-  /// One CPU worker: the first op runs there and is timed.
-  Options options(unsigned inline_below_ns) const {
+  Options options() const {
     Options o;
     o.kind = GetParam().kind;
     o.cpu_workers = 1;
-    o.inline_below_ns = inline_below_ns;
     return o;
   }
 };
 
+constexpr OpAttrs kInline{.inline_ok = true};
+
 /// Pushes one op on `v` that records where it ran; returns whether it had
 /// already run on this thread when push returned.
-bool ran_inline(Engine& engine, Var v, std::chrono::microseconds work = {}) {
+bool ran_inline(Engine& engine, Var v, OpAttrs attrs) {
   const auto me = std::this_thread::get_id();
   std::atomic<bool> here{false};
   std::atomic<int> worker{-2};
   engine.push_sync(
       [&](RunContext rc) {
-        busy_for(work);
         worker.store(rc.worker);
         here.store(std::this_thread::get_id() == me);
       },
-      Context::cpu(), {}, {v});
+      Context::cpu(), {}, {v}, attrs);
   const bool done_in_push = here.load();
   engine.wait_for_all();
   if (done_in_push) {
@@ -53,39 +52,18 @@ bool ran_inline(Engine& engine, Var v, std::chrono::microseconds work = {}) {
   return done_in_push;
 }
 
-/// With a bound no op reaches: after a few ops the next one runs in its push.
-bool runs_inline_after_warm_up(Engine& engine, Var v) {
-  for (int i = 0; i < 17; ++i) ran_inline(engine, v);
-  return ran_inline(engine, v);
+TEST_P(InlineOk, AReadyOpRunsOnItsPusherOnlyWithTheFlag) {
+  Engine engine(options());
+  Var v = engine.new_variable();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(ran_inline(engine, v, kInline)) << "op " << i;
+    ASSERT_FALSE(ran_inline(engine, v, {})) << "op " << i;
+  }
 }
 
-/// The same on a variable of its own: the engine's ops are timed as short.
-bool warmed_up(Engine& engine) { return runs_inline_after_warm_up(engine, engine.new_variable()); }
-
-TEST_P(WorkFirst, ShortReadyOpRunsOnThePusherOnceTimed) {
-  Engine engine(options(UINT_MAX));  // every timed op counts as short
+TEST_P(InlineOk, AnOpThatIsNotReadyIsNeverRunByThePush) {
+  Engine engine(options());
   Var v = engine.new_variable();
-  // Nothing timed yet: the first op goes to the worker, which times it.
-  EXPECT_FALSE(ran_inline(engine, v)) << "the first op ran before any op was timed";
-  for (int i = 0; i < 40; ++i) EXPECT_TRUE(ran_inline(engine, v)) << "op " << i + 1;
-}
-
-TEST_P(WorkFirst, ZeroNeverRunsOnThePusher) {
-  Engine engine(options(0));
-  Var v = engine.new_variable();
-  for (int i = 0; i < 200; ++i) ASSERT_FALSE(ran_inline(engine, v)) << "op " << i;
-}
-
-TEST_P(WorkFirst, OpsLongerThanTheBoundGoToWorkers) {
-  Engine engine(options(1));  // 1 ns: no op is that short
-  Var v = engine.new_variable();
-  for (int i = 0; i < 200; ++i) ASSERT_FALSE(ran_inline(engine, v)) << "op " << i;
-}
-
-TEST_P(WorkFirst, AnOpThatIsNotReadyIsNeverRunByThePush) {
-  Engine engine(options(UINT_MAX));
-  Var v = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, v));
   // An async op holds v; the op pushed behind it must not run in the push,
   // nor on this thread later (it is made ready by a completion here).
   std::promise<OnComplete> held;
@@ -96,7 +74,7 @@ TEST_P(WorkFirst, AnOpThatIsNotReadyIsNeverRunByThePush) {
   engine.push_sync([&] {
     here.store(std::this_thread::get_id() == me);
     ran.store(true);
-  }, Context::cpu(), {}, {v});
+  }, Context::cpu(), {}, {v}, kInline);
   EXPECT_FALSE(ran.load()) << "an op waiting for v ran in push";
   release_v();
   engine.wait_for_all();
@@ -104,50 +82,15 @@ TEST_P(WorkFirst, AnOpThatIsNotReadyIsNeverRunByThePush) {
   EXPECT_FALSE(here.load()) << "made ready by a completion on a foreign thread, it must go to a worker";
 }
 
-TEST_P(WorkFirst, OnlyNormalSyncCpuOpsRunOnThePusher) {
-  Engine engine(options(UINT_MAX));
+TEST_P(InlineOk, ExceptionOfAnInlineOpTravelsAsUsual) {
+  Engine engine(options());
   Var v = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, v));
-  const auto me = std::this_thread::get_id();
-  std::atomic<int> on_pusher{0};
-  auto body = [&] {
-    if (std::this_thread::get_id() == me) on_pusher.fetch_add(1);
-  };
-  if (GetParam().kind == EngineKind::per_device) {
-    engine.push_sync(body, Context::cpu(), {}, {v}, {.prop = FnProperty::cpu_prioritized});
-  }
-  engine.push_sync(body, Context::cpu(), {}, {v}, {.prop = FnProperty::copy_to_device});
-  engine.post(body);
-  engine.wait_for_all();
-  EXPECT_EQ(on_pusher.load(), 0);
-}
-
-TEST_P(WorkFirst, SwitchesToWorkersWhenOpsGetLongAndBack) {
-  // 20 us: ops that busy-wait 200 us are always longer, empty ones shorter
-  // even on a loaded sanitizer build (a timed outlier is clamped, and the
-  // average forgets it within a few samples).
-  Engine engine(options(20'000));
-  Var v = engine.new_variable();
-  int pushes = 0;
-  while (!ran_inline(engine, v)) ASSERT_LT(++pushes, 5000) << "short ops never ran on the pusher";
-  pushes = 0;
-  while (ran_inline(engine, v, std::chrono::microseconds(200))) {
-    ASSERT_LT(++pushes, 1000) << "long ops kept running on the pusher";
-  }
-  pushes = 0;
-  while (!ran_inline(engine, v)) ASSERT_LT(++pushes, 5000) << "short ops never came back to the pusher";
-}
-
-TEST_P(WorkFirst, ExceptionOfAnInlineOpTravelsAsUsual) {
-  Engine engine(options(UINT_MAX));
-  Var v = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, v));
   const auto me = std::this_thread::get_id();
   std::atomic<bool> here{false};
   EXPECT_NO_THROW(engine.push_sync([&] {
     here.store(std::this_thread::get_id() == me);
     throw std::runtime_error("inline failure");
-  }, Context::cpu(), {}, {v}, {.name = "thrower"}));
+  }, Context::cpu(), {}, {v}, {.name = "thrower", .inline_ok = true}));
   EXPECT_TRUE(here.load()) << "the failing op did not run on the pusher";
   try {
     engine.wait_for_var(v);
@@ -157,10 +100,9 @@ TEST_P(WorkFirst, ExceptionOfAnInlineOpTravelsAsUsual) {
   }
 }
 
-TEST_P(WorkFirst, WaitInsideAnInlineOpIsTheUsualError) {
-  Engine engine(options(UINT_MAX));
+TEST_P(InlineOk, WaitInsideAnInlineOpIsTheUsualError) {
+  Engine engine(options());
   Var v = engine.new_variable();
-  ASSERT_TRUE(runs_inline_after_warm_up(engine, v));
   std::atomic<int> code{-1};
   engine.push_sync([&] {
     try {
@@ -168,7 +110,7 @@ TEST_P(WorkFirst, WaitInsideAnInlineOpIsTheUsualError) {
     } catch (const Error& e) {
       code.store(static_cast<int>(e.code()));
     }
-  }, Context::cpu(), {}, {v});
+  }, Context::cpu(), {}, {v}, kInline);
   engine.wait_for_all();
   EXPECT_EQ(code.load(), static_cast<int>(Errc::wait_inside_op));
 }
@@ -177,9 +119,8 @@ TEST_P(WorkFirst, WaitInsideAnInlineOpIsTheUsualError) {
 // runs on its pusher without an op record. It must keep every rule of a
 // queued op: versions, errors in and out, reads shared, writes exclusive.
 
-TEST_P(WorkFirst, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
+  Engine engine(options());
   Var in = engine.new_variable();
   Var out = engine.new_variable();
   Var next = engine.new_variable();
@@ -188,26 +129,25 @@ TEST_P(WorkFirst, DirectOpsKeepVersionsAndCarryErrorsLikeQueuedOnes) {
   engine.push_sync([&] {
     failer_here.store(std::this_thread::get_id() == me);
     throw std::runtime_error("direct failure");
-  }, Context::cpu(), {in}, {out}, {.name = "failer"});
+  }, Context::cpu(), {in}, {out}, {.name = "failer", .inline_ok = true});
   EXPECT_TRUE(failer_here.load()) << "the failing op did not run in its push";
   EXPECT_EQ(engine.var_version(out), 1U) << "a failed write is a write";
   EXPECT_EQ(engine.var_version(in), 0U) << "a read is not";
   // `out` carries the error: an op reading it is skipped (its body is never
   // called) and passes the error on to what it writes.
   std::atomic<bool> called{false};
-  engine.push_sync([&] { called.store(true); }, Context::cpu(), {out}, {next});
+  engine.push_sync([&] { called.store(true); }, Context::cpu(), {out}, {next}, kInline);
   EXPECT_THROW(engine.wait_for_all(), std::runtime_error);  // the failure, once
   EXPECT_FALSE(called.load()) << "an op reading a failed variable ran";
   EXPECT_EQ(engine.var_version(next), 1U) << "a skipped write is a write";
 }
 
-TEST_P(WorkFirst, DirectErrorReachesWaitForVarThroughASkippedOp) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, DirectErrorReachesWaitForVarThroughASkippedOp) {
+  Engine engine(options());
   Var a = engine.new_variable();
   Var b = engine.new_variable();
-  engine.push_sync([] { throw std::runtime_error("first"); }, Context::cpu(), {}, {a});
-  engine.push_sync([] {}, Context::cpu(), {a}, {b});
+  engine.push_sync([] { throw std::runtime_error("first"); }, Context::cpu(), {}, {a}, kInline);
+  engine.push_sync([] {}, Context::cpu(), {a}, {b}, kInline);
   try {
     engine.wait_for_var(b);
     FAIL() << "wait_for_var(b) did not rethrow the error that reached b";
@@ -216,9 +156,8 @@ TEST_P(WorkFirst, DirectErrorReachesWaitForVarThroughASkippedOp) {
   }
 }
 
-TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
+  Engine engine(options());
   Var r = engine.new_variable();
   // An async op reads r and holds its read until we complete it.
   std::promise<OnComplete> held;
@@ -227,11 +166,11 @@ TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
   // Another read of r is granted beside it: it runs in its push.
   const auto me = std::this_thread::get_id();
   std::atomic<bool> reader_here{false};
-  engine.push_sync([&] { reader_here.store(std::this_thread::get_id() == me); }, Context::cpu(), {r}, {});
+  engine.push_sync([&] { reader_here.store(std::this_thread::get_id() == me); }, Context::cpu(), {r}, {}, kInline);
   EXPECT_TRUE(reader_here.load()) << "a read beside a running read did not run in its push";
   // A write of r must wait for the async reader: not in its push.
   std::atomic<bool> wrote{false};
-  engine.push_sync([&] { wrote.store(true); }, Context::cpu(), {}, {r});
+  engine.push_sync([&] { wrote.store(true); }, Context::cpu(), {}, {r}, kInline);
   EXPECT_FALSE(wrote.load()) << "a write ran while a read of its variable was running";
   done();
   engine.wait_for_var(r);
@@ -239,9 +178,8 @@ TEST_P(WorkFirst, DirectReadSharesAVariableAWriteWaitsForItsReaders) {
   EXPECT_EQ(engine.var_version(r), 1U);
 }
 
-TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
+  Engine engine(options());
   Var v = engine.new_variable();
   const auto me = std::this_thread::get_id();
   std::atomic<int> runs{0};
@@ -253,7 +191,7 @@ TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
     worker.store(rc.worker);
     if (std::this_thread::get_id() != me) here.store(false);
     if (fail.load()) throw std::runtime_error("operator failure");
-  }, {}, {v}, {.name = "op"});
+  }, {}, {v}, {.name = "op", .inline_ok = true});
   for (int i = 0; i < 20; ++i) engine.push(op, Context::cpu());
   EXPECT_EQ(runs.load(), 20) << "an operator push did not run in the push";
   EXPECT_TRUE(here.load());
@@ -276,41 +214,39 @@ TEST_P(WorkFirst, PreBuiltOperatorRunsOnThePusherAndFailsAsUsual) {
   }
 }
 
-TEST_P(WorkFirst, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, OpsOfManyVariablesAndLvalueBodiesRunInTheirPushAsCopies) {
+  Engine engine(options());
   // More variables than the direct path takes (detail::DirectRun::kMaxAccess):
   // the usual push, which still runs it here.
   std::vector<Var> many;
   for (int i = 0; i < 12; ++i) many.push_back(engine.new_variable());
   std::atomic<bool> ran{false};
   engine.push_sync([&] { ran.store(true); }, Context::cpu(), std::span(many).first(6),
-                   std::span(many).subspan(6));
+                   std::span(many).subspan(6), kInline);
   EXPECT_TRUE(ran.load()) << "a short op of 12 variables did not run in its push";
   // A mutable body handed over as an lvalue, const or not: each push runs
   // its own copy, as a queued push does; the caller's object is untouched.
   int seen = 0;
   const auto body = [&seen, calls = 0]() mutable { seen = ++calls; };
-  engine.push_sync(body, Context::cpu(), {}, {many[0]});
-  engine.push_sync(body, Context::cpu(), {}, {many[0]});
+  engine.push_sync(body, Context::cpu(), {}, {many[0]}, kInline);
+  engine.push_sync(body, Context::cpu(), {}, {many[0]}, kInline);
   engine.wait_for_all();
   EXPECT_EQ(seen, 1) << "each push runs its own copy of the body";
   auto counter = [&seen, calls = 0]() mutable { seen = ++calls; };
-  engine.push_sync(counter, Context::cpu(), {}, {many[0]});
-  engine.push_sync(counter, Context::cpu(), {}, {many[0]});
+  engine.push_sync(counter, Context::cpu(), {}, {many[0]}, kInline);
+  engine.push_sync(counter, Context::cpu(), {}, {many[0]}, kInline);
   EXPECT_EQ(seen, 1) << "each push runs its own copy of the body";
   counter();
   EXPECT_EQ(seen, 1) << "a push called the caller's own body object";
   // A move-only body runs in place.
   auto owned = std::make_unique<int>(7);
-  engine.push_sync([p = std::move(owned), &seen] { seen = *p; }, Context::cpu(), {}, {many[1]});
+  engine.push_sync([p = std::move(owned), &seen] { seen = *p; }, Context::cpu(), {}, {many[1]}, kInline);
   engine.wait_for_all();
   EXPECT_EQ(seen, 7);
 }
 
-TEST_P(WorkFirst, AVariableListedTwiceCountsOnceAsWritten) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, AVariableListedTwiceCountsOnceAsWritten) {
+  Engine engine(options());
   Var v = engine.new_variable();
   Var w = engine.new_variable();
   const auto me = std::this_thread::get_id();
@@ -320,53 +256,14 @@ TEST_P(WorkFirst, AVariableListedTwiceCountsOnceAsWritten) {
     runs.fetch_add(1);
     if (std::this_thread::get_id() != me) here.store(false);
   };
-  engine.push_sync(body, Context::cpu(), {v}, {v});           // read and write
-  engine.push_sync(body, Context::cpu(), {}, {w, v, w});      // a write twice
-  engine.push_sync(body, Context::cpu(), {w, w, v, w}, {});   // reads only
+  engine.push_sync(body, Context::cpu(), {v}, {v}, kInline);           // read and write
+  engine.push_sync(body, Context::cpu(), {}, {w, v, w}, kInline);      // a write twice
+  engine.push_sync(body, Context::cpu(), {w, w, v, w}, {}, kInline);   // reads only
   EXPECT_EQ(runs.load(), 3) << "an op with a variable listed twice did not run in its push";
   EXPECT_TRUE(here.load());
   EXPECT_EQ(engine.var_version(v), 2U);
   EXPECT_EQ(engine.var_version(w), 1U);
   engine.wait_for_all();
-}
-
-TEST_P(WorkFirst, ShortOpsQueuedBehindALongOneHoldThePusherAtAShortWindow) {
-  // While ops are short a pusher is held back at 256 ops in flight
-  // (EngineCore::window), not max_in_flight, and waits for a full drain: a
-  // chain queued behind a worker's op then comes back to the pusher instead
-  // of following the worker op by op.
-  Engine engine(options(UINT_MAX));  // every timed op counts as short
-  ASSERT_TRUE(warmed_up(engine));
-  Var v = engine.new_variable();
-  // A long op (timed busy work, no waiting on this thread) holds v on a
-  // worker; cpu_prioritized, so that it is not timed and ops stay short.
-  std::atomic<bool> started{false};
-  engine.push_sync([&] {
-    started.store(true);
-    busy_for(std::chrono::milliseconds(20));
-  }, Context::cpu(), {}, {v}, {.prop = FnProperty::cpu_prioritized});
-  constexpr int kOps = 1000;
-  const auto me = std::this_thread::get_id();
-  std::vector<char> in_push(kOps, 0);
-  int pushing = -1;  // the op being pushed; written only by this thread
-  std::uint64_t chain = 0;
-  std::size_t most_in_flight = 0;
-  for (int i = 0; i < kOps; ++i) {
-    pushing = i;
-    engine.push_sync([&, i] {
-      chain = chain * 31 + static_cast<std::uint64_t>(i);
-      in_push[i] = std::this_thread::get_id() == me && pushing == i ? 1 : 0;
-    }, Context::cpu(), {}, {v});
-    most_in_flight = std::max(most_in_flight, engine.in_flight());
-  }
-  engine.wait_for_all();
-  EXPECT_LE(most_in_flight, 257U) << "a pusher of short ops ran past the short window";
-  int offloaded = 0;
-  for (int i = kOps / 2; i < kOps; ++i) offloaded += in_push[i] == 0 ? 1 : 0;
-  EXPECT_EQ(offloaded, 0) << "after the drain, ops of the chain still went to the worker";
-  std::uint64_t expect = 0;
-  for (int i = 0; i < kOps; ++i) expect = expect * 31 + static_cast<std::uint64_t>(i);
-  EXPECT_EQ(chain, expect);
 }
 
 /// A body whose copy throws once `armed` is set (a queued push copies an
@@ -382,43 +279,25 @@ struct ThrowsOnCopy {
   void operator()() const { calls->fetch_add(1); }
 };
 
-TEST_P(WorkFirst, ABodyWhoseCopyThrowsFailsThePushNotTheOp) {
-  Engine engine(options(UINT_MAX));
-  ASSERT_TRUE(warmed_up(engine));
+TEST_P(InlineOk, ABodyWhoseCopyThrowsFailsThePushNotTheOp) {
+  Engine engine(options());
   Var v = engine.new_variable();
   std::atomic<bool> armed{false};
   std::atomic<int> calls{0};
   const ThrowsOnCopy body(&armed, &calls);
-  engine.push_sync(body, Context::cpu(), {}, {v});
+  engine.push_sync(body, Context::cpu(), {}, {v}, kInline);
   EXPECT_EQ(calls.load(), 1);
   armed.store(true);
-  EXPECT_THROW(engine.push_sync(body, Context::cpu(), {}, {v}), std::runtime_error);
+  EXPECT_THROW(engine.push_sync(body, Context::cpu(), {}, {v}, kInline), std::runtime_error);
   EXPECT_EQ(calls.load(), 1) << "the body of a push that threw ran";
   EXPECT_EQ(engine.var_version(v), 1U) << "a push that threw counted as a write";
   EXPECT_EQ(engine.pending_errors(), 0U) << "a push that threw left an op error";
-  engine.push_sync(ThrowsOnCopy(&armed, &calls), Context::cpu(), {}, {v});  // moved, not copied
+  engine.push_sync(ThrowsOnCopy(&armed, &calls), Context::cpu(), {}, {v}, kInline);  // moved, not copied
   EXPECT_EQ(calls.load(), 2);
   EXPECT_NO_THROW(engine.wait_for_var(v));
 }
 
-TEST(WorkFirstOptions, FromEnvReadsTheBound) {
-  ::setenv("ORDO_INLINE_BELOW_NS", "0", 1);
-  EXPECT_EQ(Options::from_env().inline_below_ns, 0U);
-  ::setenv("ORDO_INLINE_BELOW_NS", "2500", 1);
-  EXPECT_EQ(Options::from_env().inline_below_ns, 2500U);
-  ::setenv("ORDO_INLINE_BELOW_NS", "fast", 1);
-  try {
-    (void)Options::from_env();
-    ADD_FAILURE() << "a malformed ORDO_INLINE_BELOW_NS was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("ORDO_INLINE_BELOW_NS"), std::string::npos) << e.what();
-  }
-  ::unsetenv("ORDO_INLINE_BELOW_NS");
-  EXPECT_EQ(Options::from_env().inline_below_ns, Options{}.inline_below_ns);
-}
-
-INSTANTIATE_TEST_SUITE_P(Engines, WorkFirst, threaded_kinds(), threaded_kind_name);
+INSTANTIATE_TEST_SUITE_P(Engines, InlineOk, threaded_kinds(), threaded_kind_name);
 
 }  // namespace
 }  // namespace ordo::test

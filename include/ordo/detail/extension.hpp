@@ -1,0 +1,61 @@
+// ordo/detail/extension.hpp - the one interface through which ordo's layers
+// (ordo::io, the coroutines, the gpu layer) extend the engine. Internal; not
+// for user code.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "ordo/detail/idle_ring.hpp"
+#include "ordo/engine.hpp"
+
+namespace ordo::detail {
+
+/// A layer describes what its ops are (OpTraits), never who it is: the core
+/// names none of its clients. The Engine befriends this struct.
+struct EngineExtension {
+  /// push_sync / push_async (told apart by fn's signature) of an op with
+  /// `traits` (OpTraits bits) on top of what attrs says. ordo::io's
+  /// launchers: kRunsOnPusher | kNoUserCode; a coroutine lease's grant:
+  /// kRunsOnPusher; the gpu layer's stream ops: kFenceExempt.
+  template <class F>
+  static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                   std::uint8_t traits) {
+    static_assert(is_sync_fn_v<std::decay_t<F>> || is_async_fn_v<std::decay_t<F>>,
+                  "an op body is void(RunContext), void() or void(RunContext, OnComplete)");
+    OpRecord* op = op_alloc();
+    OpGuard guard(op);
+    op->fn.emplace(std::forward<F>(fn));
+    engine.submit(guard, ctx, reads, writes, attrs, traits);
+  }
+
+  /// A coroutine lease granted inside its push, with no body: where all of
+  /// its variables are free now (and the engine is not naive, no profiler or
+  /// fence gate is on, at most DirectRun::kMaxAccess variables, not on a
+  /// CompletionThread), grants the accesses and returns the started op (its
+  /// OnComplete releases them) and this thread's worker index (-1: not a
+  /// worker of `engine`); null where the usual push must be made. The
+  /// coroutine then goes on where it is: it runs no other op.
+  static OpRecord* grant_now(Engine& engine, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                             int& worker) {
+    return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
+  }
+
+  /// From now on an idle CPU worker of `engine` may wait in `ring`
+  /// (detail::IdleRing). False where none can: the naive engine, or another
+  /// ring already attached.
+  static bool attach_idle_ring(Engine& engine, IdleRing* ring) noexcept;
+  /// Undoes attach_idle_ring(): wakes the worker waiting in `ring`, if any,
+  /// and returns once no worker is inside its wait() or deliver().
+  static void detach_idle_ring(Engine& engine, IdleRing* ring) noexcept;
+  /// Requests are now in flight in the attached ring and no worker waits in
+  /// it: brings an idle worker there. On one of the engine's CPU workers
+  /// this only leaves a note: that worker goes to the ring itself when it
+  /// runs out of work, and wakes a sleeper for it if it takes another op
+  /// first. Elsewhere it wakes a sleeping worker, if any (none idle: the
+  /// first to run out of work finds the requests pending).
+  static void want_idle_ring_waiter(Engine& engine) noexcept;
+};
+
+}  // namespace ordo::detail
