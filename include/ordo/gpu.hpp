@@ -62,8 +62,8 @@
 
 namespace ordo::gpu {
 
-/// How the watcher thread observes event completion. Measured on an H200
-/// (docs/gpu.md): poll is faster on both the chain and the pipeline benchmark.
+/// How the watcher thread observes event completion. poll is the default:
+/// the faster of the two in docs/gpu.md's benchmarks.
 enum class WatchMode {
   poll,           ///< default: cudaEventQuery over every pending event, backing off to sleeps of up to 50 us
   blocking_sync,  ///< events created with cudaEventBlockingSync; the watcher blocks on the oldest pending one
