@@ -85,25 +85,6 @@ struct OpPlan {
   FnProperty prop = FnProperty::normal;
 };
 
-/// A GPU operator (Runtime::new_operator). Records are kept in a deque and
-/// recycled, never freed before the Runtime, so a stale handle is detected
-/// by `gen` (as the engine's operators).
-struct OperatorState {
-  /// Bumped by delete_operator; a handle must match it (acquire in push,
-  /// acq_rel CAS in delete).
-  std::atomic<std::uint64_t> gen{0};
-  /// 1 for the live handle + 1 per push not yet finished; incremented only
-  /// while non-zero, so a recycled record is never resurrected.
-  std::atomic<std::int64_t> refs{0};
-  const void* owner = nullptr;  ///< the Runtime::Impl it belongs to
-  OpPlan plan;
-  std::vector<Var> reads, writes;
-  OpAttrs attrs;
-  std::string name;
-  std::unique_ptr<OperatorFnBase> fn;
-  OperatorState* free_next = nullptr;  ///< guarded by the runtime's oper_mutex
-};
-
 }  // namespace detail
 
 using detail::Event;
@@ -170,11 +151,6 @@ struct Runtime::Impl final : FenceGate {
   };
   std::mutex error_mutex;
   std::vector<DeviceError> device_errors;  ///< guarded by error_mutex
-
-  // GPU operators.
-  std::mutex oper_mutex;
-  std::deque<detail::OperatorState> oper_storage;  ///< stable addresses (guarded by oper_mutex)
-  detail::OperatorState* oper_free = nullptr;      ///< guarded by oper_mutex
 
   // Stats (relaxed counters).
   std::atomic<std::uint64_t> n_ops{0}, n_waits{0}, n_events{0}, n_held{0};
@@ -246,10 +222,6 @@ struct Runtime::Impl final : FenceGate {
   /// records an event on every stream and waits, asleep, until the watcher
   /// has seen them all finish (and noted their failures).
   void wait_idle() override;
-
-  // ---- operators (gpu/operators.cpp)
-  /// Drops a reference; the last one destroys the body and recycles the record.
-  void release_operator(detail::OperatorState* st) noexcept;
 
   // ---- streams (gpu/runtime.cpp creates them)
   DeviceStreams& dev(int logical_device) { return devices[static_cast<std::size_t>(logical_device)]; }

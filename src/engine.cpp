@@ -102,7 +102,8 @@ void Engine::free_operator(detail::OperatorRecord* rec) noexcept { core_->free_o
 
 detail::OpFn& Engine::operator_fn(detail::OperatorRecord* rec) noexcept { return rec->fn; }
 
-Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                               std::uint8_t traits) {
   try {
     if (attrs.prop == FnProperty::delete_var) {
       throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
@@ -112,6 +113,7 @@ Operator Engine::init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSp
     rec->name = attrs.name != nullptr ? attrs.name : "";
     rec->attrs = attrs;
     rec->attrs.name = attrs.name != nullptr ? rec->name.c_str() : nullptr;
+    rec->traits = traits;
   } catch (...) {
     core_->free_operator(rec);
     throw;
@@ -169,6 +171,7 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   }
   detail::OpRecord* op = detail::op_alloc();
   op->kind = detail::OpKind::oper;
+  op->traits = rec->traits;
   op->oper = rec;
   OpAttrs attrs = rec->attrs;
   if (priority != nullptr) attrs.priority = *priority;

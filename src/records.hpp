@@ -110,6 +110,7 @@ struct OperatorRecord {
   std::int32_t direct_runs = 0;
   bool release_deferred = false;
   OpAttrs attrs;
+  std::uint8_t traits = 0;  ///< OpTraits of every push (EngineExtension::new_operator)
   std::string name;
   class EngineCore* engine = nullptr;
   OperatorRecord* free_next = nullptr;

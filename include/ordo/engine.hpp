@@ -305,7 +305,8 @@ class Engine {
   detail::OperatorRecord* alloc_operator();
   void free_operator(detail::OperatorRecord* rec) noexcept;
   static detail::OpFn& operator_fn(detail::OperatorRecord* rec) noexcept;
-  Operator init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  Operator init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                         std::uint8_t traits = 0);
 
   std::unique_ptr<detail::EngineCore> core_;
 };

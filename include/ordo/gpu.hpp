@@ -99,23 +99,10 @@ namespace detail {
 struct StreamState;
 struct Event;
 struct OpPlan;
-struct OperatorState;
 struct PlanDeleter {
   void operator()(OpPlan* p) const noexcept;
 };
 using PlanPtr = std::unique_ptr<OpPlan, PlanDeleter>;
-/// A GPU operator's body, type-erased (one allocation, at new_operator).
-struct OperatorFnBase {
-  virtual ~OperatorFnBase() = default;
-  virtual void operator()(const Stream& s) = 0;
-};
-template <class D>
-struct OperatorFn final : OperatorFnBase {
-  template <class F>
-  explicit OperatorFn(F&& f) : fn(std::forward<F>(f)) {}
-  void operator()(const Stream& s) override { fn(s); }
-  D fn;
-};
 }  // namespace detail
 
 /// A pre-built GPU op (Runtime::new_operator): body, variable lists and
@@ -124,13 +111,12 @@ struct OperatorFn final : OperatorFnBase {
 class Operator {
  public:
   constexpr Operator() noexcept = default;
-  [[nodiscard]] constexpr bool empty() const noexcept { return st_ == nullptr; }
+  [[nodiscard]] constexpr bool empty() const noexcept { return op_.empty(); }
 
  private:
   friend class Runtime;
-  constexpr Operator(detail::OperatorState* st, std::uint64_t gen) noexcept : st_(st), gen_(gen) {}
-  detail::OperatorState* st_ = nullptr;
-  std::uint64_t gen_ = 0;
+  explicit constexpr Operator(ordo::Operator op) noexcept : op_(op) {}
+  ordo::Operator op_;
 };
 
 /// A stream of a logical device, handed to GPU op bodies. Cheap handle.
@@ -242,16 +228,18 @@ class Runtime {
 
   /// Prepares a GPU operator: `fn(const Stream&)` as for push, with its
   /// variable lists, attributes and fence plan built once. Each push(op, ctx)
-  /// then costs the engine's push and nothing more from the runtime (no
-  /// allocation; Runtime::push allocates the op's plan). The body may run
-  /// concurrently with itself if pushes do not conflict. The engine still
-  /// normalises the lists at each push (see docs/gpu.md: an engine Operator
-  /// would be held by the fence gate instead of ordering on the device).
+  /// then costs the engine's push of a pre-built operator (lists normalised
+  /// once) and nothing more from the runtime (no allocation; Runtime::push
+  /// allocates the op's plan). The body may run concurrently with itself if
+  /// pushes do not conflict. It is an engine Operator whose pushes are
+  /// fence-exempt (detail::kFenceExempt): it orders itself on the device.
   template <class F>
   [[nodiscard]] Operator new_operator(F&& fn, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
-    return init_operator(std::make_unique<detail::OperatorFn<D>>(std::forward<F>(fn)), reads, writes, attrs);
+    detail::PlanPtr plan = operator_plan(reads, writes, attrs);
+    return Operator(ordo::detail::EngineExtension::new_operator(engine_, Body<D>{this, std::move(plan), std::forward<F>(fn)},
+                                                                reads, writes, attrs, ordo::detail::kFenceExempt));
   }
   /// Pushes a GPU operator on `ctx` (a GPU context, checked as for push);
   /// `priority` overrides the operator's. Throws ordo::Error
@@ -315,11 +303,8 @@ class Runtime {
   };
 
   detail::PlanPtr make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
-  Operator init_operator(std::unique_ptr<detail::OperatorFnBase> fn, VarSpan reads, VarSpan writes,
-                         const OpAttrs& attrs);
+  detail::PlanPtr operator_plan(VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void fill_plan(detail::OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
-  struct OperatorBody;
-  void run_operator(const RunContext& rc, detail::OperatorState& st, const OnComplete& done);
   Stream begin_op(const RunContext& rc, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
   void end_op(const Stream& s, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
 

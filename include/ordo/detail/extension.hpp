@@ -30,6 +30,21 @@ struct EngineExtension {
     engine.submit(guard, ctx, reads, writes, attrs, traits);
   }
 
+  /// Engine::new_operator whose every push carries `traits` (the gpu layer's
+  /// operators: kFenceExempt).
+  template <class F>
+  [[nodiscard]] static Operator new_operator(Engine& engine, F&& fn, VarSpan reads, VarSpan writes,
+                                             const OpAttrs& attrs, std::uint8_t traits) {
+    OperatorRecord* rec = engine.alloc_operator();
+    try {
+      Engine::operator_fn(rec).emplace(std::forward<F>(fn));
+    } catch (...) {
+      engine.free_operator(rec);
+      throw;
+    }
+    return engine.init_operator(rec, reads, writes, attrs, traits);
+  }
+
   /// A coroutine lease granted inside its push, with no body: where all of
   /// its variables are free now (and the engine is not naive, no profiler or
   /// fence gate is on, at most DirectRun::kMaxAccess variables, not on a
