@@ -9,8 +9,9 @@
 // CUDA events). The engine itself only ever tests a slot for null.
 //
 // When an op becomes ready (all its accesses granted) and a gate is
-// installed, the engine looks at the op's slots unless the op was pushed with
-// OpAttrs::stream_ordered (the layer's own ops, which order themselves after
+// installed, the engine looks at the op's slots unless the op carries the
+// fence-exempt trait (detail::kFenceExempt, set through
+// detail::EngineExtension: the layer's own ops, which order themselves after
 // the fences, e.g. by cudaStreamWaitEvent). If one is non-null it hands the
 // op to FenceGate::hold instead of running it; the gate either declines
 // (returns false: the op runs now) or keeps the HeldOp and calls release()
@@ -20,8 +21,7 @@
 // asks the gate to wait for the unfinished work behind all fences and to
 // hand over a failure of it that no consumer observed (wait_idle, take_error).
 //
-// Without a gate the engine pays one relaxed load and a branch per dispatch
-// (+3 instructions per op on W2/W4 under callgrind, docs/gpu.md).
+// Without a gate the engine pays one relaxed load and a branch per dispatch.
 #pragma once
 
 #include <atomic>
