@@ -62,32 +62,13 @@ void cleanup_op(OpRecord* op) noexcept {
 
 EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
   if (opts_.cpu_workers == 0) opts_.cpu_workers = usable_cpus();
-  if (opts_.kind == EngineKind::per_device && (opts_.gpu_compute_workers == 0 || opts_.gpu_copy_workers == 0)) {
-    throw Error(Errc::invalid_argument, "Options: gpu_compute_workers and gpu_copy_workers must be at least 1");
-  }
-  serial_ = opts_.kind == EngineKind::naive;
   resume_at_ = static_cast<std::int64_t>(opts_.max_in_flight / 2);
   if (opts_.profile.enabled) {
     prof_storage_ = std::make_unique<ProfilerCore>(opts_.profile, this);
     prof_ = prof_storage_.get();
   }
-  switch (opts_.kind) {
-    case EngineKind::naive:
-      break;
-    case EngineKind::pooled:
-      cpu_ = std::make_unique<WorkerPool>(*this, "cpu", opts_.cpu_workers, WorkerPool::Order::fifo);
-      if (opts_.io_workers > 0) {
-        io_ = std::make_unique<WorkerPool>(*this, "io", opts_.io_workers, WorkerPool::Order::fifo);
-      }
-      break;
-    case EngineKind::per_device:
-      cpu_ = std::make_unique<WorkerPool>(*this, "cpu", opts_.cpu_workers, WorkerPool::Order::fifo);
-      if (opts_.cpu_priority_workers > 0) {
-        cpu_priority_ = std::make_unique<WorkerPool>(*this, "cpu_priority", opts_.cpu_priority_workers,
-                                                     WorkerPool::Order::priority);
-      }
-      break;
-  }
+  kind_ = EngineKindPolicy::make(*this, opts_);  // last: its workers may look at the engine at once
+  serial_ = kind_->serial();
 }
 
 EngineCore::~EngineCore() {
@@ -98,18 +79,7 @@ EngineCore::~EngineCore() {
   for (auto& rec : oper_storage_) rec.fn.reset();
 }
 
-bool EngineCore::all_idle() const noexcept {
-  auto idle = [](const std::unique_ptr<WorkerPool>& p) { return !p || p->idle(); };
-  if (!idle(cpu_) || !idle(cpu_priority_) || !idle(io_)) return false;
-  if (const WorkerPool* h = helper_.load(std::memory_order_acquire); h != nullptr && !h->idle()) return false;
-  for (const auto& d : devices_) {
-    const DevicePools* pools = d.load(std::memory_order_acquire);
-    if (pools != nullptr && (!pools->compute->idle() || !pools->copy_in->idle() || !pools->copy_out->idle())) {
-      return false;
-    }
-  }
-  return true;
-}
+bool EngineCore::all_idle() const noexcept { return kind_->idle(); }
 
 bool EngineCore::shutdown() noexcept {
   using clock = std::chrono::steady_clock;
@@ -164,18 +134,7 @@ bool EngineCore::shutdown() noexcept {
     }
   }
 
-  if (cpu_) cpu_->stop_and_join();
-  if (cpu_priority_) cpu_priority_->stop_and_join();
-  if (io_) io_->stop_and_join();
-  {
-    std::lock_guard lock(device_mutex_);
-    if (helper_storage_) helper_storage_->stop_and_join();
-    for (auto& d : device_storage_) {
-      d->compute->stop_and_join();
-      d->copy_in->stop_and_join();
-      d->copy_out->stop_and_join();
-    }
-  }
+  kind_->stop_and_join();
   return !abandoned;
 }
 
@@ -369,17 +328,8 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
       ++v->gen;  // every handle to v is stale from now on
       v->deleted = true;
     }
-    bool grant = false;
-    if (v->head == nullptr && !v->write_running) {
-      if (!a->write()) {
-        ++v->running_reads;
-        grant = true;
-      } else if (v->running_reads == 0) {
-        v->write_running = true;
-        grant = true;
-      }
-    }
-    if (grant) {
+    if (v->free_for(a->write())) {
+      v->grant(a->write());
       if (live(v->error)) inherit(op, v->error);
       ++granted;
     } else if (v->tail != nullptr) {
@@ -442,8 +392,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
       for (std::size_t j = 0; j < i; ++j) specs[j].var->lock.unlock();
       return Direct::normalized;
     }
-    if (v->gen != specs[i].gen || v->head != nullptr || v->write_running ||
-        (specs[i].write && v->running_reads != 0) || live(v->error)) {
+    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
       return Direct::normalized;
     }
@@ -461,11 +410,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   }
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    if (specs[i].write) {
-      v->write_running = true;
-    } else {
-      ++v->running_reads;
-    }
+    v->grant(specs[i].write);
     v->lock.unlock();
   }
   ThreadState& ts = t_state;
@@ -486,23 +431,12 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   // ops they make ready on (none, unless another thread pushed behind this
   // one meanwhile), then run what the body left to run after it (the naive
   // engine's posts and pushes from inside an op).
-  // The loop mirrors release_accesses<false>: a shared helper taking the
-  // access's kind cost the direct path 15 instructions per op (callgrind, W2).
   ReadyList ready;
   bool release_oper = false;
   for (std::uint32_t i = 0; i < run.n; ++i) {
     VarRecord* v = run.specs[i].var;
     v->lock.lock();
-    if (run.specs[i].write) {
-      v->write_running = false;
-      ++v->version;
-      if (v->error != own) {
-        release(v->error);
-        v->error = retain(own);
-      }
-    } else {
-      --v->running_reads;
-    }
+    v->release_access(run.specs[i].write, own);
     if (i == 0 && run.oper != nullptr) [[unlikely]] {
       // Guarded by this lock (specs[0] is the operator's access[0]).
       if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
@@ -557,8 +491,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
     v->lock.lock();
-    if (v->gen != specs[i].gen || v->head != nullptr || v->write_running ||
-        (specs[i].write && v->running_reads != 0) || live(v->error)) {
+    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) {
       for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
       return false;
     }
@@ -572,11 +505,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
     link_access(op, i, specs[i]);
-    if (specs[i].write) {
-      v->write_running = true;
-    } else {
-      ++v->running_reads;
-    }
+    v->grant(specs[i].write);
   }
   op->counted = true;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
@@ -633,56 +562,10 @@ void EngineCore::retire_operator(OperatorRecord* rec) noexcept {
 // ---------------------------------------------------------------------------
 // Dispatch and execution
 
-DevicePools& EngineCore::device(int id) {
-  DevicePools* d = devices_[id].load(std::memory_order_acquire);
-  if (d != nullptr) return *d;
-  std::lock_guard lock(device_mutex_);
-  d = devices_[id].load(std::memory_order_relaxed);
-  if (d == nullptr) {
-    auto pools = std::make_unique<DevicePools>();
-    const std::string prefix = "gpu" + std::to_string(id);
-    pools->compute = std::make_unique<WorkerPool>(*this, prefix + ".compute", opts_.gpu_compute_workers,
-                                                  WorkerPool::Order::fifo);
-    pools->copy_in = std::make_unique<WorkerPool>(*this, prefix + ".copy_in", opts_.gpu_copy_workers,
-                                                  WorkerPool::Order::fifo);
-    pools->copy_out = std::make_unique<WorkerPool>(*this, prefix + ".copy_out", opts_.gpu_copy_workers,
-                                                   WorkerPool::Order::fifo);
-    d = pools.get();
-    device_storage_.push_back(std::move(pools));
-    devices_[id].store(d, std::memory_order_release);
-  }
-  return *d;
-}
-
-WorkerPool& EngineCore::helper_pool() {
-  WorkerPool* h = helper_.load(std::memory_order_acquire);
-  if (h != nullptr) return *h;
-  std::lock_guard lock(device_mutex_);
-  if (!helper_storage_) {
-    helper_storage_ = std::make_unique<WorkerPool>(*this, "naive.helper", 1, WorkerPool::Order::fifo);
-    helper_.store(helper_storage_.get(), std::memory_order_release);
-  }
-  return *helper_storage_;
-}
-
 bool EngineCore::on_worker_of(Context ctx) const noexcept {
   const ThreadState& ts = t_state;
   if (ts.engine != this || ts.pool == nullptr || ts.completion_thread || ctx.is_gpu()) return false;
-  return ts.pool == cpu_.get();  // normal CPU ops run on cpu_ with the pooled and per-device engines
-}
-
-WorkerPool* EngineCore::route(const OpRecord* op) {
-  if (serial_) return &helper_pool();  // naive: what its threads may not run (posts, a completion thread's work)
-  const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
-  if (opts_.kind == EngineKind::pooled) return (copy && io_) ? io_.get() : cpu_.get();
-  if (op->ctx.is_gpu()) {
-    DevicePools& d = device(op->ctx.device_id);
-    if (op->prop == FnProperty::copy_to_device) return d.copy_in.get();
-    if (op->prop == FnProperty::copy_from_device) return d.copy_out.get();
-    return d.compute.get();
-  }
-  if (op->prop == FnProperty::cpu_prioritized && cpu_priority_) return cpu_priority_.get();
-  return cpu_.get();
+  return ts.pool == kind_->cpu();  // normal CPU ops run there with the pooled and per-device engines
 }
 
 void EngineCore::run_now(OpRecord* op) {
@@ -777,7 +660,7 @@ Place EngineCore::place(const OpRecord* op, Origin origin) const noexcept {
   if (ts.engine != this) return Place::queue;  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
   if (op->prop == FnProperty::async) return at_push ? Place::now : Place::next;  // a launcher: no queue hop
-  const WorkerPool* pool = const_cast<EngineCore*>(this)->route(op);
+  const WorkerPool* pool = route(op);
   if (ts.pool == pool && !pool->is_priority() && ts.continuations < kMaxContinuations) {
     // Continuation: the next op of a chain stays on this worker (no queue
     // hop, its data in this core's cache). It runs next, ahead of the rest
@@ -936,17 +819,12 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
       ready.push(op);
     }
   };
-  if (v->write_running || v->head == nullptr) return;
-  if (v->head->write()) {
-    if (v->running_reads == 0) {
-      v->write_running = true;
-      grant(v->head);
-    }
-    return;
-  }
-  while (v->head != nullptr && !v->head->write()) {
-    ++v->running_reads;
+  // The head, and the reads right behind a granted read.
+  while (v->head != nullptr && v->compatible(v->head->write())) {
+    const bool write = v->head->write();
+    v->grant(write);
     grant(v->head);
+    if (write) return;
   }
 }
 
@@ -958,17 +836,7 @@ inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcom
     const AccessNode& a = op->access[i];
     VarRecord* v = a.var();
     v->lock.lock();
-    if (a.write()) {
-      v->write_running = false;
-      ++v->version;
-      // A variable's error is the error of its last write (none on success).
-      if (v->error != outcome) {
-        release(v->error);
-        v->error = retain(outcome);
-      }
-    } else {
-      --v->running_reads;
-    }
+    v->release_access(a.write(), outcome);
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty
     } else {

@@ -16,18 +16,10 @@
 #include "ordo/engine.hpp"
 #include "profiler.hpp"
 #include "records.hpp"
+#include "engine_kinds.hpp"
 #include "worker_pool.hpp"
 
 namespace ordo::detail {
-
-inline constexpr int kMaxDevices = 64;
-
-/// Worker pools of one GPU device (per_device engine), created on first use.
-struct DevicePools {
-  std::unique_ptr<WorkerPool> compute;
-  std::unique_ptr<WorkerPool> copy_in;
-  std::unique_ptr<WorkerPool> copy_out;
-};
 
 /// Ops made ready by one completion, kept in the order they were granted.
 using ReadyList = OpList;
@@ -155,13 +147,13 @@ class EngineCore {
   [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
   /// detail::EngineExtension: the CPU pool's workers may wait in `ring`.
   bool attach_idle_ring(IdleRing* ring) noexcept {
-    return opts_.kind != EngineKind::naive && cpu_ != nullptr && cpu_->attach_ring(ring);
+    return kind_->cpu() != nullptr && kind_->cpu()->attach_ring(ring);
   }
   void detach_idle_ring(IdleRing* ring) noexcept {
-    if (cpu_ != nullptr) cpu_->detach_ring(ring);
+    if (kind_->cpu() != nullptr) kind_->cpu()->detach_ring(ring);
   }
   void want_idle_ring_waiter() noexcept {
-    if (cpu_ != nullptr) cpu_->want_ring_waiter();
+    if (kind_->cpu() != nullptr) kind_->cpu()->want_ring_waiter();
   }
   [[nodiscard]] std::size_t in_flight() const noexcept {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
@@ -187,9 +179,8 @@ class EngineCore {
   };
 
  private:
-  WorkerPool* route(const OpRecord* op);
-  DevicePools& device(int id);
-  WorkerPool& helper_pool();
+  /// The pool that runs a queued op: the engine kind's decision.
+  WorkerPool* route(const OpRecord* op) const { return kind_->route(op); }
   void run_now(OpRecord* op);
   /// Runs the ops trampolined on this thread (run_later) until none is left.
   static void drain_inline(ThreadState& ts);
@@ -246,18 +237,8 @@ class EngineCore {
   ProfilerCore* prof_ = nullptr;
   std::unique_ptr<ProfilerCore> prof_storage_;
 
-  // Pools (immutable after construction, except lazily created device pools).
-  std::unique_ptr<WorkerPool> cpu_;
-  std::unique_ptr<WorkerPool> cpu_priority_;  ///< per_device only
-  std::unique_ptr<WorkerPool> io_;            ///< pooled only
-  /// naive only: one thread for posts and for work made ready by a completion
-  /// thread (created on first use, under device_mutex_; published with release).
-  std::atomic<WorkerPool*> helper_{nullptr};
-  std::unique_ptr<WorkerPool> helper_storage_;  ///< guarded by device_mutex_
-  std::mutex device_mutex_;
-  /// Device pools, published with release after construction under device_mutex_.
-  std::array<std::atomic<DevicePools*>, kMaxDevices> devices_{};
-  std::vector<std::unique_ptr<DevicePools>> device_storage_;  ///< guarded by device_mutex_
+  /// The engine kind: its pools and routes (immutable after construction).
+  std::unique_ptr<EngineKindPolicy> kind_;
 
   // Variables.
   std::mutex var_mutex_;

@@ -74,6 +74,36 @@ struct VarRecord {
   std::uint32_t id = 0;
   VarRecord* free_next = nullptr;  ///< engine's free list (guarded by the engine's var mutex)
 
+  // Grants and releases: every path (a push, the direct path, a lease
+  // granted at push, a completion) goes through these three, under `lock`.
+
+  /// No running access conflicts with one of this kind (reads share, a write is alone).
+  [[nodiscard]] bool compatible(bool write) const noexcept { return !write_running && (!write || running_reads == 0); }
+  /// An access of this kind may be granted at its push: nothing waits before it.
+  [[nodiscard]] bool free_for(bool write) const noexcept { return head == nullptr && compatible(write); }
+  /// Marks an access granted (free_for was true, or it is the queue's head).
+  void grant(bool write) noexcept {
+    if (write) {
+      write_running = true;
+    } else {
+      ++running_reads;
+    }
+  }
+  /// Ends a granted access. A write counts as a version and leaves its
+  /// outcome as the variable's error (none on success; `outcome` is retained).
+  void release_access(bool write, ErrorRecord* outcome) noexcept {
+    if (!write) {
+      --running_reads;
+      return;
+    }
+    write_running = false;
+    ++version;
+    if (error != outcome) {
+      release(error);
+      error = retain(outcome);
+    }
+  }
+
   // Var's private members, reached through the friend declaration in Var.
   static VarRecord* of(const Var& v) noexcept { return v.rec_; }
   static std::uint32_t gen_of(const Var& v) noexcept { return v.gen_; }
