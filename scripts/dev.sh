@@ -14,12 +14,13 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-packages=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev)
+# clang: the consumer test (tests/consumer) also builds against the install with clang++.
+packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
-# (bench/peers/: OpenMP with clang + LLVM's libomp, oneTBB, StarPU; fio for
-# bench/io/) and valgrind for the instruction counts. Builds and tests never
-# need them.
-bench_packages=(clang libomp-dev libtbb-dev libstarpu-dev valgrind fio)
+# (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
+# fio for bench/io/) and valgrind for the instruction counts. Builds and tests
+# never need them.
+bench_packages=(libomp-dev libtbb-dev libstarpu-dev valgrind fio)
 
 install_missing() {  # [extra packages...]
   local missing=()

@@ -240,7 +240,9 @@ void OnComplete::finish(std::exception_ptr error) const {
   // Claim the completion: exactly one call wins. Records are never freed, so
   // reading `gen` of a recycled record is safe and simply fails the claim.
   if (!op->gen.compare_exchange_strong(gen, gen_ + 1, std::memory_order_acq_rel)) {
-    throw Error(Errc::double_completion, "OnComplete called more than once for the same async op");
+    throw Error(Errc::double_completion,
+                "OnComplete called more than once for " +
+                    (name_ != nullptr ? std::string("op '") + name_ + "'" : std::string("an unnamed async op")));
   }
   detail::EngineCore* core = op->engine;
   detail::ErrorRecord* own = error ? core->make_error(std::move(error), op->name) : nullptr;

@@ -41,7 +41,7 @@ struct RunContext {
 struct OpAttrs {
   FnProperty prop = FnProperty::normal;
   int priority = 0;             ///< honoured by the CPU-priority pool; FIFO elsewhere
-  const char* name = nullptr;   ///< must outlive the op (a string literal is ideal)
+  const char* name = nullptr;   ///< must outlive the op and its OnComplete's calls (a literal is ideal)
   bool always_run = false;      ///< run even if an input carries an error (and, on success, clear it)
   /// A short body that never blocks: if the op is ready when pushed, the
   /// pushing thread may run it in place, like a call, instead of handing it

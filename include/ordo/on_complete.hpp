@@ -15,10 +15,12 @@ struct OpRecord;
 /// (or any exception_ptr) for failure. The op's variables are released and its
 /// dependants dispatched by that call.
 ///
-/// Copies are cheap (two words) and all refer to the same op; the first call
-/// wins and any later call throws ordo::Error{Errc::double_completion}. The
-/// check uses a generation number, so a stale copy kept past completion is
-/// detected, never undefined behaviour.
+/// Copies are cheap (three words) and all refer to the same op; the first call
+/// wins and any later call throws ordo::Error{Errc::double_completion}, whose
+/// what() names the op (OpAttrs::name: keep it alive as long as copies of its
+/// OnComplete may be called; a string literal is ideal). The check uses a
+/// generation number, so a stale copy kept past completion is detected,
+/// never undefined behaviour.
 ///
 /// @par Thread safety
 /// Any thread may call it, concurrently with anything else the engine does.
@@ -36,11 +38,14 @@ class OnComplete {
  private:
   friend struct detail::OpRecord;
   friend class OnCompleteAccess;
-  OnComplete(detail::OpRecord* op, std::uint64_t gen) noexcept : op_(op), gen_(gen) {}
+  OnComplete(detail::OpRecord* op, std::uint64_t gen, const char* name) noexcept : op_(op), gen_(gen), name_(name) {}
   void finish(std::exception_ptr error) const;
 
   detail::OpRecord* op_ = nullptr;
   std::uint64_t gen_ = 0;
+  /// The op's name, kept here: a second call must not read the record, which
+  /// may be another op's by then.
+  const char* name_ = nullptr;
 };
 
 }  // namespace ordo

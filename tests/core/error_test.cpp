@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "test_util.hpp"
@@ -148,6 +149,51 @@ TEST_P(Errors, SecondCompletionIsAClearError) {
     EXPECT_EQ(e.code(), Errc::double_completion);
   }
   EXPECT_EQ(engine.var_version(a), 1001U);
+}
+
+// Regression (issue 31): the error said only "more than once", not which op.
+TEST_P(Errors, SecondCompletionNamesTheOp) {
+  Engine engine(GetParam().options);
+  Var a = engine.new_variable();
+  OnComplete saved;
+  std::string inside;
+  Counter body_done;
+  engine.push_async([&](RunContext, OnComplete done) {
+    saved = done;
+    done();
+    try {
+      done();
+    } catch (const Error& e) {
+      inside = e.what();
+    }
+    body_done.arrive();
+  }, Context::cpu(), {}, {a}, {.name = "fetch"});
+  ASSERT_TRUE(body_done.wait_for(1));
+  engine.wait_for_all();
+  EXPECT_NE(inside.find("op 'fetch'"), std::string::npos) << inside;
+  // Still this op's name once its record serves other (unnamed) ops.
+  for (int i = 0; i < 100; ++i) engine.push_async([](RunContext, OnComplete d) { d(); }, Context::cpu(), {}, {a});
+  engine.wait_for_all();
+  try {
+    saved();
+    ADD_FAILURE() << "stale OnComplete accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::double_completion);
+    EXPECT_NE(std::string(e.what()).find("op 'fetch'"), std::string::npos) << e.what();
+  }
+  // An unnamed op says so.
+  OnComplete unnamed;
+  engine.push_async([&](RunContext, OnComplete done) {
+    unnamed = done;
+    done();
+  }, Context::cpu(), {}, {a});
+  engine.wait_for_all();
+  try {
+    unnamed();
+    ADD_FAILURE() << "second call accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an unnamed async op"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, Errors, ::testing::ValuesIn(all_engine_configs()), config_name);

@@ -53,6 +53,18 @@ struct FrameCache {
 
 inline thread_local constinit FrameCache t_frame_cache{};
 
+/// Returns a block of n bytes from ::operator new(n) to the system. Sized
+/// where the compiler declares sized deallocation (g++ in C++14 and later;
+/// clang only with -fsized-deallocation, off by default in clang 14), else
+/// unsized: either frees the same block.
+inline void frame_release(void* p, [[maybe_unused]] std::size_t n) noexcept {
+#if defined(__cpp_sized_deallocation)
+  ::operator delete(p, n);
+#else
+  ::operator delete(p);
+#endif
+}
+
 /// Frees the thread's cached blocks when the thread exits.
 struct FrameCacheReaper {
   bool armed = false;
@@ -61,7 +73,7 @@ struct FrameCacheReaper {
     for (std::size_t c = 0; c < kFrameClasses; ++c) {
       while (FrameCache::Block* b = fc.head[c]) {
         fc.head[c] = b->next;
-        ::operator delete(static_cast<void*>(b), (c + 1) * kFrameGranule);
+        frame_release(b, (c + 1) * kFrameGranule);
       }
       fc.count[c] = 0;
     }
@@ -99,16 +111,16 @@ inline void* frame_alloc(std::size_t n) {
 
 inline void frame_free(void* p, std::size_t n) noexcept {
   if constexpr (!kFrameCacheEnabled) {
-    ::operator delete(p, n);
+    frame_release(p, n);
   } else {
     const std::size_t c = n == 0 ? 0 : (n - 1) / kFrameGranule;
     if (c >= kFrameClasses) {
-      ::operator delete(p, n);
+      frame_release(p, n);
       return;
     }
     FrameCache& fc = t_frame_cache;
     if (fc.count[c] >= kFrameCacheDepth || !frame_cache_usable(fc)) {
-      ::operator delete(p, (c + 1) * kFrameGranule);
+      frame_release(p, (c + 1) * kFrameGranule);
       return;
     }
     auto* b = static_cast<FrameCache::Block*>(p);

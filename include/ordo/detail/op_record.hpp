@@ -164,7 +164,9 @@ struct alignas(64) OpRecord {
   std::uint64_t seq = 0;  ///< FIFO tie-break in the priority pool
   OpFn fn;
 
-  [[nodiscard]] OnComplete completion() noexcept { return OnComplete{this, gen.load(std::memory_order_relaxed)}; }
+  [[nodiscard]] OnComplete completion() noexcept {
+    return OnComplete{this, gen.load(std::memory_order_relaxed), name};
+  }
 };
 
 static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment (checked in src/op_pool.cpp)");

@@ -1,5 +1,6 @@
 // A program outside the ordo tree, built against an installed ordo: the
-// engine (ordo::core) and the header-only coroutine layer.
+// engine (ordo::core), the header-only coroutine layer, and a misuse caught
+// as the ordo::Error the library threw.
 #include <ordo/coro.hpp>
 #include <ordo/ordo.hpp>
 #include <ordo/task.hpp>
@@ -23,6 +24,13 @@ int main() {
   for (int i = 0; i < 100; ++i) engine.push_sync([&value] { value += 1; }, ordo::Context::cpu(), {}, {v});
   engine.wait_for_var(v);
   const int after = ordo::sync_wait(add_one(engine, v, value));
-  std::printf("consumer: value=%d after coroutine=%d\n", value, after);
-  return value == 101 && after == 101 ? 0 : 1;
+  engine.delete_variable(v);
+  bool caught = false;
+  try {
+    engine.push_sync([] {}, ordo::Context::cpu(), {v}, {});
+  } catch (const ordo::Error& e) {
+    caught = e.code() == ordo::Errc::deleted_var;
+  }
+  std::printf("consumer_core: value=%d after coroutine=%d, misuse caught: %d\n", value, after, caught);
+  return value == 101 && after == 101 && caught ? 0 : 1;
 }
