@@ -90,6 +90,7 @@ bool EngineCore::shutdown() noexcept {
     idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
     std::int64_t last = in_flight_.load(std::memory_order_seq_cst);
     auto quiet_since = clock::now();
+    bool told = false;
     while (in_flight_.load(std::memory_order_seq_cst) != 0) {
       idle_cv_.wait_for(lock, std::chrono::milliseconds(20));
       const std::int64_t now_in_flight = in_flight_.load(std::memory_order_seq_cst);
@@ -106,6 +107,20 @@ bool EngineCore::shutdown() noexcept {
         stuck = now_in_flight;
         break;
       }
+      if (!told && clock::now() - quiet_since >= kStuckNotice) {
+        // Say what the wait is for, once, and keep waiting as configured.
+        told = true;
+        lock.unlock();
+        const std::string what = pending_ops().describe(8);
+        const std::string limit = opts_.shutdown_timeout.count() > 0
+                                      ? "up to shutdown_timeout (" + std::to_string(opts_.shutdown_timeout.count()) +
+                                            " ms) without progress, then abandons them"
+                                      : "for ever (shutdown_timeout is 0)";
+        std::fprintf(stderr,
+                     "ordo: the engine's destructor is waiting for %lld op(s) that make no progress%s%s; it waits %s\n",
+                     static_cast<long long>(now_in_flight), what.empty() ? "" : ": ", what.c_str(), limit.c_str());
+        lock.lock();
+      }
     }
     idle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -118,8 +133,16 @@ bool EngineCore::shutdown() noexcept {
     }
   }
   if (abandoned) {
-    reports.push_back({"", "engine destroyed with " + std::to_string(stuck) +
-                               " op(s) still waiting for async completions after shutdown_timeout; abandoned"});
+    // One report per op found holding a variable, by name; the ops queued
+    // behind them, and any the variables do not show, in the count.
+    const std::string why = "engine destroyed with " + std::to_string(stuck) +
+                            " op(s) in flight: still holding its variables after shutdown_timeout; abandoned";
+    const PendingOps pending = pending_ops();
+    for (const std::string& name : pending.holder_names) reports.push_back({name, why});
+    if (pending.holder_names.empty()) {
+      reports.push_back({"", "engine destroyed with " + std::to_string(stuck) +
+                                 " op(s) still waiting for async completions after shutdown_timeout; abandoned"});
+    }
   }
   for (const auto& r : reports) {
     try {
@@ -136,6 +159,34 @@ bool EngineCore::shutdown() noexcept {
 
   kind_->stop_and_join();
   return !abandoned;
+}
+
+std::string EngineCore::PendingOps::describe(std::size_t most) const {
+  std::string out;
+  for (std::size_t i = 0; i < lines.size() && i < most; ++i) out += (i == 0 ? "" : "; ") + lines[i];
+  if (lines.size() > most) out += "; and " + std::to_string(lines.size() - most) + " more";
+  return out;
+}
+
+EngineCore::PendingOps EngineCore::pending_ops() {
+  PendingOps out;
+  const std::lock_guard chunks(var_mutex_);
+  for (std::size_t c = 0; c < var_chunks_.size(); ++c) {
+    const std::size_t used = c + 1 == var_chunks_.size() ? var_chunk_used_ : kVarChunk;
+    for (std::size_t i = 0; i < used; ++i) {
+      VarRecord* v = &var_chunks_[c][i];
+      const std::lock_guard lock(v->lock);  // a writer completes under it: its record stays put
+      const std::string var = "var " + std::to_string(v->id);
+      if (v->write_running && v->writer != nullptr) {
+        out.lines.push_back(op_label(v->writer->name) + " holds " + var);
+        if (v->writer->name != nullptr) out.holder_names.emplace_back(v->writer->name);
+      } else if (v->running_reads > 0) {
+        out.lines.push_back(std::to_string(v->running_reads) + " read(s) hold " + var);
+      }
+      if (v->head != nullptr) out.lines.push_back(op_label(v->head->op->name) + " waits for " + var);
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -329,7 +380,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
       v->deleted = true;
     }
     if (v->free_for(a->write())) {
-      v->grant(a->write());
+      v->grant(a->write(), op);
       if (live(v->error)) inherit(op, v->error);
       ++granted;
     } else if (v->tail != nullptr) {
@@ -410,7 +461,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   }
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
-    v->grant(specs[i].write);
+    v->grant(specs[i].write, nullptr);  // the direct path: no record
     v->lock.unlock();
   }
   ThreadState& ts = t_state;
@@ -505,7 +556,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
     link_access(op, i, specs[i]);
-    v->grant(specs[i].write);
+    v->grant(specs[i].write, op);
   }
   op->counted = true;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
@@ -822,7 +873,7 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
   // The head, and the reads right behind a granted read.
   while (v->head != nullptr && v->compatible(v->head->write())) {
     const bool write = v->head->write();
-    v->grant(write);
+    v->grant(write, v->head->op);
     grant(v->head);
     if (write) return;
   }

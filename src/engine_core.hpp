@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "ordo/engine.hpp"
@@ -159,6 +160,18 @@ class EngineCore {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));
   }
   std::size_t pending_errors();
+  /// What the ops in flight wait for, as the variables show it: the op
+  /// holding each variable's write, the reads holding one, the first op
+  /// waiting on each; by name. For a stuck shutdown (kStuckNotice).
+  struct PendingOps {
+    std::vector<std::string> lines;         ///< "op 'holder' holds var 3", "op 'x' waits for var 3"
+    std::vector<std::string> holder_names;  ///< names of the named ops holding a write
+    [[nodiscard]] std::string describe(std::size_t most) const;
+  };
+  PendingOps pending_ops();
+  /// A destructor whose ops make no progress for this long says on stderr
+  /// what it waits for (then goes on waiting, up to shutdown_timeout).
+  static constexpr auto kStuckNotice = std::chrono::seconds(1);
 
   const Options& options() const noexcept { return opts_; }
   /// The profiler, or null when profiling is off (Options::profile).

@@ -65,6 +65,9 @@ struct VarRecord {
   AccessNode* tail = nullptr;    ///< last waiting access
   std::uint64_t version = 0;     ///< completed writes, failed and skipped ones included
   ErrorRecord* error = nullptr;  ///< error of the last write (owned ref), may be dead (epoch)
+  /// The op of the running write, while write_running (null for one on the
+  /// direct path, which has no record): what a stuck shutdown names.
+  const OpRecord* writer = nullptr;
   /// Not guarded by `lock`: owned by the engine's FenceGate, if any (see
   /// ordo/fence.hpp); the engine only tests it for null at dispatch.
   FenceSlot fence{nullptr};
@@ -81,10 +84,11 @@ struct VarRecord {
   [[nodiscard]] bool compatible(bool write) const noexcept { return !write_running && (!write || running_reads == 0); }
   /// An access of this kind may be granted at its push: nothing waits before it.
   [[nodiscard]] bool free_for(bool write) const noexcept { return head == nullptr && compatible(write); }
-  /// Marks an access granted (free_for was true, or it is the queue's head).
-  void grant(bool write) noexcept {
+  /// Marks an access of `by` granted (free_for was true, or it is the queue's head).
+  void grant(bool write, const OpRecord* by) noexcept {
     if (write) {
       write_running = true;
+      writer = by;
     } else {
       ++running_reads;
     }

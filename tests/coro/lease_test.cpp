@@ -1,6 +1,7 @@
 // co_await ordo::push / ordo::wait_for against every engine: grants, leases
 // released on every path, eager registration, errors, AsyncScope with ops.
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,7 +26,14 @@ TEST_P(Coro, LeaseResumesOnAWorkerAndExcludesConflictingOps) {
   Log log;
   int worker = -2;
   AsyncScope scope;
-  engine.push_sync([&] { log.push_back("before"); }, Context::cpu(), {}, {x});
+  // "before" holds x until the lease is pushed behind it (a lease whose
+  // variables are free would be granted in its push, on this thread).
+  Gate pushed;
+  if (is_naive()) pushed.open();  // naive runs "before" inside its push
+  engine.push_sync([&] {
+    ASSERT_TRUE(pushed.wait());
+    log.push_back("before");
+  }, Context::cpu(), {}, {x});
   auto task = [&]() -> Task<void> {
     Lease lease = co_await push(engine, reads(), writes(x));
     EXPECT_TRUE(lease.held());
@@ -35,6 +43,7 @@ TEST_P(Coro, LeaseResumesOnAWorkerAndExcludesConflictingOps) {
     EXPECT_FALSE(lease.held());
   };
   scope.spawn(task());  // registers its push before returning
+  pushed.open();
   engine.push_sync([&] { log.push_back("after"); }, Context::cpu(), {}, {x});
   scope.sync_join();
   bounded_wait(engine, x);
@@ -455,6 +464,55 @@ TEST_P(Coro, LongVariableListsGoToTheHeap) {
   bounded_wait(engine, out);
   EXPECT_EQ(runs, 4);
   EXPECT_EQ(engine.var_version(out), 4U);
+}
+
+// Regression (issue 31): a lease still held when its engine is destroyed was
+// reported as "an unnamed op" although it was pushed with a name.
+TEST_P(Coro, AbandonedLeaseIsReportedByItsName) {
+  std::vector<ErrorReport> reports;
+  Lease kept;
+  {
+    Options o = GetParam().options;
+    o.shutdown_timeout = std::chrono::milliseconds(100);
+    o.on_unobserved_error = [&](const ErrorReport& r) { reports.push_back(r); };
+    Engine engine(o);
+    Var v = engine.new_variable();
+    auto take = [&]() -> Task<void> {
+      kept = co_await push(engine, reads(), writes(v), Context::cpu(), OpAttrs{.name = "holder"});
+    };
+    sync_wait(take());
+    ASSERT_TRUE(kept.held());
+  }  // never released: abandoned after shutdown_timeout
+  ASSERT_EQ(reports.size(), 1U);
+  EXPECT_EQ(reports[0].op_name, "holder");
+  EXPECT_NE(reports[0].message.find("abandoned"), std::string::npos) << reports[0].message;
+  kept.release();  // late: harmless
+}
+
+// Regression (issue 31): a destructor waiting for a lease that is never
+// released said nothing for shutdown_timeout (60 s by default). Within
+// kStuckNotice (1 s) of no progress it names what it waits for on stderr.
+TEST_P(Coro, StuckShutdownSaysWhatItWaitsFor) {
+  Lease kept;
+  ::testing::internal::CaptureStderr();
+  {
+    Options o = GetParam().options;
+    o.shutdown_timeout = std::chrono::milliseconds(1500);
+    o.on_unobserved_error = [](const ErrorReport&) {};
+    Engine engine(o);
+    Var v = engine.new_variable();
+    Var w = engine.new_variable();
+    auto take = [&]() -> Task<void> {
+      kept = co_await push(engine, reads(), writes(v), Context::cpu(), OpAttrs{.name = "holder"});
+    };
+    sync_wait(take());
+    engine.push_sync([] {}, Context::cpu(), {v}, {w}, {.name = "behind"});
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("make no progress"), std::string::npos) << err;
+  EXPECT_NE(err.find("op 'holder' holds var"), std::string::npos) << err;
+  EXPECT_NE(err.find("op 'behind' waits for var"), std::string::npos) << err;
+  kept.release();
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Coro, ::testing::ValuesIn(all_engine_configs()), config_name);
