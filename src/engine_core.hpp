@@ -79,8 +79,8 @@ class EngineCore {
   /// normalize() in two steps: the checked accesses in the caller's order
   /// (writes, then reads), then sorted by address with duplicates merged
   /// (throws for two handles of one variable of different generations).
-  /// Inlined into its callers (all in engine_core.cpp): the direct path
-  /// paid a call and its register spills for it (callgrind, W2).
+  /// Inlined into its callers (all in engine_core.cpp): the direct path is
+  /// short enough that a call and its register spills show.
   [[gnu::always_inline]] static inline std::size_t gather(VarSpan reads, VarSpan writes, AccessSpec* out,
                                                           const EngineCore* owner);
   static std::size_t sort_merge(AccessSpec* out, std::size_t n);

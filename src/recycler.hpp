@@ -72,7 +72,7 @@ class Recycler {
   /// A thread's free records: the list it pops from and pushes to (fewer
   /// than kBatch records), and at most one full chain of kBatch set aside,
   /// so that a batch moves to or from the shared stack without a walk to
-  /// its end (a dependent load per record: ~1% of a worker's time in W6).
+  /// its end (a dependent load per record).
   struct Cache {
     T* head = nullptr;
     std::size_t count = 0;

@@ -27,8 +27,7 @@ inline const bool kHasPrefetchW = [] {
 /// Used on records that another core wrote last and this one is about to
 /// write (a variable's, before its lock; an op record, before a push fills
 /// it): the misses then overlap instead of coming one locked exchange after
-/// another (~100 ns each on the W6 workload's 2-core machine), and the line
-/// arrives exclusive, not shared and then upgraded. A hint only: no effect
+/// another, and the line arrives exclusive, not shared and then upgraded. A hint only: no effect
 /// on correctness.
 inline void prefetch_for_write(const void* p) noexcept {
 #if defined(__x86_64__) || defined(__i386__)
