@@ -394,21 +394,22 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   // thread as in flight (a wait on another thread is not ordered with this
   // push), so it is not counted: no locked add here and subtract at the end.
   // Every other op is counted before the unlock that makes it reachable.
-  // A sync op that place() runs here (and no fence gate may hold) is one.
+  // Ready at push with no fence gate to ask: placed now, once. A sync op
+  // placed here runs to completion before the push returns.
   const bool ready = granted == static_cast<std::int32_t>(n);
-  const bool here = ready && op->kind < OpKind::wait_var && !op_fn(op).is_async() &&
-                    gate_.load(std::memory_order_relaxed) == nullptr && place(op, Origin::push) == Place::now;
+  const bool placed = ready && gate_.load(std::memory_order_relaxed) == nullptr;
+  const Placement at = placed ? place(op, Origin::push) : Placement{Place::queue};
+  const bool here = placed && at.where == Place::now && op->kind < OpKind::wait_var && !op_fn(op).is_async();
   op->counted = !here;
   if (!here) in_flight_.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
 
   if (here) {
     run_now(op);
-    return;
-  }
-  // All granted here: nobody else can have touched `wait`.
-  if (ready || op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
-    dispatch(op, Origin::push);
+  } else if (placed) {
+    run_at(op, at);
+  } else if (ready || op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
+    dispatch(op, Origin::push);  // all granted here: nobody else can have touched `wait`
   }
 }
 
@@ -674,61 +675,69 @@ void EngineCore::release_held(OpRecord* op, std::exception_ptr error) {
   dispatch(op, Origin::completion);
 }
 
-Place EngineCore::place(const OpRecord* op, Origin origin) const noexcept {
+Placement EngineCore::place(const OpRecord* op, Origin origin) const {
   const ThreadState& ts = t_state;
   const bool at_push = origin == Origin::push;
   // Bookkeeping (no user code) runs at once and is never deferred: the
   // waiting thread may be the one that would run the deferred list.
-  if (op->kind == OpKind::wait_var) return Place::now;
+  if (op->kind == OpKind::wait_var) return {Place::now};
   if (op->kind == OpKind::posted) {
     // Never on the posting thread; naive, posted from inside one of its
     // ops (not on a completion thread): right after that op.
     const bool after_op = serial_ && ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr);
-    return after_op ? Place::next : Place::queue;
+    if (after_op) return {Place::next};
+    return {Place::queue, route(op)};
   }
   if (serial_) {
     // On the thread that pushes or completes, except a completion thread,
     // which never runs user code (route(): the naive engine's helper).
-    if (!at_push && ts.completion_thread) return Place::queue;
-    return at_push ? Place::now : Place::next;
+    if (!at_push && ts.completion_thread) return {Place::queue, route(op)};
+    return {at_push ? Place::now : Place::next};
   }
   if (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run) {
     // Skipped: bookkeeping, but destroying the body may resume a coroutine:
     // made ready by a completion on a thread that is not a worker, it goes to one.
-    if (!at_push && ts.engine != this) return Place::queue;
-    return at_push ? Place::now : Place::next;
+    if (!at_push && ts.engine != this) return {Place::queue, route(op)};
+    return {at_push ? Place::now : Place::next};
   }
   if (at_push) {
     // An op that asked for it (OpTraits::kRunsOnPusher) runs on its pusher,
     // like a call; no other op ever does.
-    if (pusher_runs(op->traits, ts)) return Place::now;
+    if (pusher_runs(op->traits, ts)) return {Place::now};
   } else if ((op->traits & kNoUserCode) != 0 && ts.completion_thread && ts.running == nullptr && !ts.launching) {
     // Made ready by a delivery (a reaper's, or a worker's that waited in an
     // idle ring), outside any op body: it starts its request inside the
     // delivery loop, which then submits it with the rest of its batch.
-    return Place::launch;
+    return {Place::launch};
   }
-  if (ts.engine != this) return Place::queue;  // a pusher, or a thread that completes from outside
+  // A normal CPU op goes to the kind's CPU pool (no call to route()).
+  WorkerPool* const pool = op->prop == FnProperty::normal && !op->ctx.is_gpu() && kind_->cpu() != nullptr
+                               ? kind_->cpu()
+                               : route(op);
+  if (ts.engine != this) return {Place::queue, pool};  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
-  if (op->prop == FnProperty::async) return at_push ? Place::now : Place::next;  // a launcher: no queue hop
-  const WorkerPool* pool = route(op);
+  if (op->prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
   if (ts.pool == pool && !pool->is_priority() && ts.continuations < kMaxContinuations) {
     // Continuation: the next op of a chain stays on this worker (no queue
     // hop, its data in this core's cache). It runs next, ahead of the rest
     // of a batch taken from the queue, for kAheadNs after the take; the
     // budget bounds how long queued ops can be overtaken.
-    if (ts.depth == 0 || ts.inline_ops.empty()) return Place::chain;
-    if (now_ns() < ts.ahead_until) return Place::ahead;
+    if (ts.depth == 0 || ts.inline_ops.empty()) return {Place::chain};
+    if (now_ns() < ts.ahead_until) return {Place::ahead};
   }
-  return Place::queue;
+  return {Place::queue, pool};
 }
 
 void EngineCore::dispatch(OpRecord* op, Origin origin) {
   if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
     if (fence_hold(gate, op)) return;
   }
+  run_at(op, place(op, origin));
+}
+
+void EngineCore::run_at(OpRecord* op, const Placement& at) {
   ThreadState& ts = t_state;
-  switch (place(op, origin)) {
+  switch (at.where) {
     case Place::now:
       run_now(op);
       return;
@@ -751,7 +760,7 @@ void EngineCore::dispatch(OpRecord* op, Origin origin) {
       ts.launching = false;
       return;
     case Place::queue:
-      route(op)->enqueue(op);
+      at.pool->enqueue(op);
       return;
   }
 }

@@ -35,6 +35,12 @@ enum class Place : std::uint8_t {
   queue,   ///< queued to its pool (route()) for a worker
 };
 
+/// Where place() puts an op, and for Place::queue the pool.
+struct Placement {
+  Place where;
+  WorkerPool* pool = nullptr;
+};
+
 /// What made an op ready: its push (every access granted at once), or the
 /// completion of another op (or a fence's release).
 enum class Origin : std::uint8_t { push, completion };
@@ -130,9 +136,11 @@ class EngineCore {
 
   // Running and completing.
   /// Where `op`, ready now on this thread, runs: the one placement decision.
-  [[nodiscard]] Place place(const OpRecord* op, Origin origin) const noexcept;
+  [[nodiscard]] Placement place(const OpRecord* op, Origin origin) const;
   /// Runs or queues a ready op where place() says (a fence gate may hold it first).
   void dispatch(OpRecord* op, Origin origin);
+  /// Runs or queues `op` as placed.
+  void run_at(OpRecord* op, const Placement& at);
   /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.
