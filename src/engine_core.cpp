@@ -292,18 +292,12 @@ void EngineCore::throttle() {
   const ThreadState& ts = t_state;
   // Never block a thread the engine needs to make progress.
   if (ts.running != nullptr || ts.engine == this) return;
-  if (held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight)) return;
-  // Stalled (below): pushers go on while no op finishes, each raising the
-  // mark to the count it saw; a count at or under the mark means an op
-  // finished since, and pushers are held again.
-  if (const std::int64_t mark = stall_mark_.load(std::memory_order_relaxed); mark != 0) {
-    const std::int64_t now = in_flight_.load(std::memory_order_relaxed);
-    if (now > mark) {
-      stall_mark_.store(now, std::memory_order_relaxed);
-      return;
-    }
-    stall_mark_.store(0, std::memory_order_relaxed);
-  }
+  const auto bound = static_cast<std::int64_t>(opts_.max_in_flight);
+  const std::int64_t held = held_back_count();
+  if (held < bound) return;
+  // After a stall (below) pushers go on up to one more bound's worth of ops,
+  // then wait again: at most `bound` ops more per kStallPatience.
+  if (held < stall_limit_.load(std::memory_order_relaxed)) return;
   std::unique_lock lock(idle_mutex_);
   throttle_waiters_.fetch_add(1, std::memory_order_seq_cst);
   // Wait for half the bound to drain, while the engine makes progress
@@ -311,17 +305,19 @@ void EngineCore::throttle() {
   // op finished for kStallPatience, means that what is in flight waits for
   // something outside the engine, perhaps for this very thread.
   std::int64_t last = in_flight_.load(std::memory_order_seq_cst);
+  std::int64_t limit = 0;  // drained (or all idle): no stall
   for (;;) {
     if (held_back_count() <= resume_at_ || all_idle()) break;
     if (idle_cv_.wait_for(lock, kStallPatience) == std::cv_status::timeout) {
       const std::int64_t now = in_flight_.load(std::memory_order_seq_cst);
       if (now == last) {
-        stall_mark_.store(now, std::memory_order_relaxed);
+        limit = held_back_count() + bound;
         break;
       }
       last = now;
     }
   }
+  stall_limit_.store(limit, std::memory_order_relaxed);
   throttle_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 

@@ -247,9 +247,10 @@ class EngineCore {
   /// The count a throttled pusher waits for (half of max_in_flight); read by
   /// completions to decide whether to wake it (a hint: see throttle()).
   std::int64_t resume_at_ = 0;
-  /// Non-zero while pushers go on past the bound because no op finished for
-  /// kStallPatience: the in-flight count last seen then (throttle()). Relaxed: a hint.
-  std::atomic<std::int64_t> stall_mark_{0};
+  /// After no op finished for kStallPatience: how many ops held back pushers
+  /// may go on to before they wait again (one more bound); 0 otherwise
+  /// (throttle()). Relaxed: a hint.
+  std::atomic<std::int64_t> stall_limit_{0};
   /// The naive engine: every op runs on the thread that makes it ready.
   bool serial_ = false;
   /// Profiling: null when off; every hook is one predictable branch on it

@@ -63,9 +63,10 @@ struct Options {
   /// ahead of the workers keeps memory flat (an op record is 256 bytes). It
   /// only waits: a held pusher never runs an op. It never blocks when that
   /// could deadlock: pushes from inside an op or from a worker are not held
-  /// back, and a held pusher goes on as soon as every worker is idle or no op
-  /// has finished for 10 ms (the ops in flight then wait on something
-  /// outside the engine, perhaps on this very thread). 0: unbounded.
+  /// back, and a held pusher goes on as soon as every worker is idle, or for
+  /// one more bound's worth of ops each time no op has finished for 10 ms
+  /// (the ops in flight then wait on something outside the engine, perhaps
+  /// on this very thread). 0: unbounded.
   std::size_t max_in_flight = 4096;
   /// How long the destructor waits for async ops whose completion never comes
   /// before it reports them and abandons them (zero: wait forever).

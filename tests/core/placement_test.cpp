@@ -77,7 +77,7 @@ TEST_P(Placement, AReaderThatWaitsForItsPusherDoesNotHoldIt) {
   // MXNet's threaded engine allows an op to wait for what its pusher does
   // after the push: R1 waits for the latch this thread opens after pushing
   // X and R2 behind it.
-  for (int round = 0; round < 200 / kScale; ++round) {
+  for (int round = 0; round < 50 / kScale; ++round) {
     Engine engine(options());
     Var u = engine.new_variable();
     Gate latch;
