@@ -15,7 +15,7 @@ constexpr std::size_t kVarChunk = 1024;
 constexpr std::int64_t kFinishedBatch = 64;
 constexpr int kMaxContinuations = 64;
 // One op in this many is timed for its thread's batches (note_op_time).
-constexpr std::uint32_t kSampleEvery = 16;
+constexpr std::uint32_t kSampleEvery = 64;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
