@@ -127,6 +127,7 @@ extern constinit thread_local ThreadState t_state;
 /// @par Thread safety
 /// enqueue() from any thread. The queue is guarded by `lock_`; sleeping uses
 /// `epoch_` (futex wait) with the `sleepers_` count checked by enqueuers.
+/// attach_task(), detach_task() and want_task_runner() from any thread.
 class WorkerPool {
  public:
   enum class Order { fifo, priority };

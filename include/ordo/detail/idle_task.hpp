@@ -10,7 +10,10 @@ namespace ordo::detail {
 /// on its futex, in the spirit of Asio's scheduler_task. ordo::io's io_uring
 /// backend is one: the worker waits for completions in the ring and delivers
 /// them itself, then runs what they made ready (io/uring_backend.cpp).
-/// Attached with EngineExtension::attach_idle_task().
+/// Attached with EngineExtension::attach_idle_task(). A task that becomes
+/// wanted while no worker runs it calls EngineExtension::want_idle_task_runner()
+/// after the stores that make wanted() true: the pool fences there and
+/// before its own look at wanted(), so no worker falls asleep missing it.
 ///
 /// @par Thread safety
 /// wait() and run() are called by the runner: the one worker that holds the
@@ -24,7 +27,8 @@ class IdleTask {
   /// Blocks until there is work to run(), or interrupt() is called, or spuriously.
   virtual void wait() noexcept = 0;
   /// Does the work that is there, without blocking. Returns how long (ns)
-  /// the worker may then keep the ops it made ready to itself (0: not at all).
+  /// the worker may then run what that made ready by itself, waking no
+  /// sleeper for it (a keep; 0: not at all).
   virtual std::int64_t run() noexcept = 0;
   /// Makes the wait() in progress return soon, or the next one at once if none is.
   virtual void interrupt() noexcept = 0;
