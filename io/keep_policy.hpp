@@ -8,24 +8,16 @@
 
 namespace ordo::io::detail {
 
-/// A worker that waited in the ring and delivered what completed there
-/// keeps the ops that made ready to itself for a while, instead of waking a
-/// sleeper for them and a second one to wait in the ring: mostly coroutines
-/// resumed by their I/O, which run for a microsecond or two and submit their
-/// next request. The kernel runs a completion's task_work in the thread that
-/// submitted the request, so requests submitted by the worker that then
-/// waits in the ring cost one wake-up per batch of completions; spread over
-/// two workers, cross-core wake-ups of the ring's waiter besides (the
-/// interrupt counts and IOPS it saves: docs/io.md, session 13).
-///
-/// The keep ends when the worker runs out of work, or at the first op
-/// boundary after kKeepNs (what is still queued then goes to a sleeper), and
-/// is not started while kept ops have lately averaged over kKeepOpNs (one
-/// delivery in kProbe is kept anyway, to follow the average): work made ready
-/// in bulk then spreads over the workers at once. Where it misjudges, a
-/// second core idles for up to kKeepNs per delivery. Meanwhile the requests
-/// the keeping worker submits have no waiter in the ring; the reaper's
-/// watchdog tick covers a keep that ends in a long op.
+/// After a delivery from the ring, the delivering worker runs what it made
+/// ready by itself for up to kKeepNs rather than waking a sleeper for it:
+/// mostly coroutines resumed by their I/O, which run a microsecond or two and
+/// submit their next request. The kernel runs those requests' task_work in
+/// the submitting thread, which is then the ring's waiter, not another core
+/// to be interrupted (docs/io.md, session 13; docs/io-bench.md, O_DIRECT
+/// ordo-coro-uring). Work whose ops lately averaged over kKeepOpNs spreads
+/// over the workers at once; one delivery in kProbe is kept anyway, so that
+/// the average follows the ops. Misjudged, it idles a second core for up to
+/// kKeepNs; the reaper's watchdog tick covers requests submitted meanwhile.
 ///
 /// @par Thread safety
 /// grant() by the ring's runner only (one thread at a time); kept() from

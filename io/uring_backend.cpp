@@ -54,11 +54,11 @@
 // io_uring_enter instead of on its futex, with a FUTEX_WAIT request on the
 // word that interrupt() wakes, and delivers what completes itself, then runs
 // what that made ready (for a while, alone: io/keep_policy.hpp). The reaper
-// parks meanwhile (in_ring_). A read a coroutine issued
-// then costs one wake-up, of the worker that issued it (the kernel runs a
-// completion's task_work in the submitting thread, which is the one
-// waiting), instead of three: that worker to run the task_work, the
-// reaper to deliver, a worker to resume the coroutine.
+// parks meanwhile (in_ring_). A read a coroutine issued then costs one
+// wake-up, of the worker that issued it (the kernel runs a completion's
+// task_work in the submitting thread, which is the one waiting), instead of
+// three: that worker to run the task_work, the reaper to deliver, a worker
+// to resume the coroutine.
 //
 // Counting. Every SQE that will produce a CQE is counted in sqes_, internal
 // ones (cancels, the shutdown cancel-all) included; requests_ counts requests
