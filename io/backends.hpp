@@ -31,7 +31,7 @@ std::int64_t read_cached_now(const Request& r) noexcept;
 /// io_uring. Returns null and sets `why_not` (e.g. "io_uring_queue_init: Operation
 /// not permitted (seccomp?)") when the kernel refuses a ring.
 /// With IoOptions::idle_workers_reap, idle CPU workers of `engine` wait in the
-/// ring where the kernel allows (detail::IdleRing).
+/// ring where the kernel allows (detail::IdleTask).
 std::unique_ptr<BackendImpl> make_uring_backend(const IoOptions& options, Engine* engine, std::string& why_not);
 
 /// Blocking syscalls on IoOptions::threads threads for files and metadata;

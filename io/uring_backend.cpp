@@ -48,16 +48,17 @@
 // because RWF_NOWAIT does not make a direct read asynchronous: preadv2 then
 // still waits for the device (measured: 68 us per 4 KiB read here).
 //
-// Idle workers in the ring (detail::IdleRing). When the kernel has
+// Idle workers in the ring (detail::IdleTask). When the kernel has
 // IORING_OP_FUTEX_WAIT (Linux 6.7) the backend attaches itself to the
-// engine: one idle CPU worker at a time waits in io_uring_enter instead of
-// on its futex, with a FUTEX_WAIT request on the word the engine wakes it
-// through, and delivers what completes itself, then runs what that made
-// ready. The reaper parks meanwhile (in_ring_). A read a coroutine issued
-// then costs one wake-up, of the worker that issued it (the kernel runs a
-// completion's task_work in the submitting thread, which is the one
-// waiting), instead of three: that worker to run the task_work, the
-// reaper to deliver, a worker to resume the coroutine.
+// engine as its idle task: one idle CPU worker at a time waits in
+// io_uring_enter instead of on its futex, with a FUTEX_WAIT request on the
+// word that interrupt() wakes, and delivers what completes itself, then runs
+// what that made ready (for a while, alone: io/keep_policy.hpp). The reaper
+// parks meanwhile (in_ring_). A read a coroutine issued then costs one
+// wake-up, of the worker that issued it (the kernel runs a completion's
+// task_work in the submitting thread, which is the one waiting), instead of
+// three: that worker to run the task_work, the reaper to deliver, a worker
+// to resume the coroutine.
 //
 // Counting. Every SQE that will produce a CQE is counted in sqes_, internal
 // ones (cancels, the shutdown cancel-all) included; requests_ counts requests
@@ -75,6 +76,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -82,6 +84,7 @@
 #include <utility>
 
 #include "backends.hpp"
+#include "keep_policy.hpp"
 #include "ordo/detail/extension.hpp"
 #include "ordo/engine.hpp"
 
@@ -94,7 +97,7 @@ enum Tag : std::uint64_t {
   kTagCancel = 2,    ///< a cancel attempt
   kTagRejected = 3,  ///< a NOP standing in for a request submitted during shutdown
   kTagInternal = 4,  ///< no request: the shutdown cancel-all
-  kTagFutex = 5,     ///< no request: the ring holder's FUTEX_WAIT (IdleRing)
+  kTagFutex = 5,     ///< no request: the ring holder's FUTEX_WAIT (IdleTask::wait)
 };
 constexpr std::uint64_t kTagMask = 7;
 static_assert(alignof(Request) >= 8, "user_data tags need 8-byte aligned requests");
@@ -121,7 +124,7 @@ __kernel_timespec to_timespec(std::int64_t ns) {
   return ts;
 }
 
-class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
+class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
  public:
   UringBackend() = default;
   UringBackend(const UringBackend&) = delete;
@@ -179,7 +182,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     // engine_ is set before the reaper starts (it reads it); a worker may
     // wait in the ring at once (the ring is ready).
     if (options.idle_workers_reap && futex_wait_ok && !options.sqpoll && engine != nullptr &&
-        ordo::detail::EngineExtension::attach_idle_ring(*engine, this)) {
+        ordo::detail::EngineExtension::attach_idle_task(*engine, this)) {
       engine_ = engine;
       attached_.store(true, std::memory_order_relaxed);
     }
@@ -214,8 +217,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     // Submitted by a delivery in reap_ready (the next push_read launched on
     // the reaper, an exact transfer's next part): it flushes once at the end.
     if (batching) return;
-    // Not in flight for pending() until this call has reaped what the
-    // kernel completed during it (see pending()).
+    // Not in flight for wanted() until this call has reaped what the
+    // kernel completed during it (see wanted()).
     submitting_.fetch_add(1, std::memory_order_seq_cst);
     flush();
     reap_inline();
@@ -236,7 +239,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     shut_down_ = true;
     // No worker waits in the ring from here on: CQEs are the reaper's alone.
     if (attached_.load(std::memory_order_relaxed)) {
-      ordo::detail::EngineExtension::detach_idle_ring(*engine_, this);
+      ordo::detail::EngineExtension::detach_idle_task(*engine_, this);
       attached_.store(false, std::memory_order_seq_cst);
       wake_reaper();  // back to the reaper's own parking (see park())
     }
@@ -286,27 +289,29 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
                                     internal_.load(std::memory_order_relaxed));
   }
 
-  // detail::IdleRing: called by the engine's one worker that holds the ring.
+  // detail::IdleTask. wait() and run() are called by the engine's one
+  // worker that holds the task (the ring's waiter); the rest by any thread.
 
-  void wait(std::atomic<std::uint32_t>& word, std::uint32_t value) noexcept override {
+  void wait() noexcept override {
     const Caller caller(callers_);
-    // The reaper parks while this is set (and is woken by deliver() if work is
+    // The reaper parks while this is set (and is woken by run() if work is
     // left in flight then); submits leave the completions to this worker.
     in_ring_.store(true, std::memory_order_seq_cst);
+    // An interrupt() since the last wait() ended ends this one at once.
+    const std::uint32_t value = interrupts_seen_;
     if (futex_sqes_.load(std::memory_order_acquire) == 0) {  // counts a wanted one too
-      // The engine ends this wait by changing `word` and futex-waking it: a
-      // FUTEX_WAIT request on it posts a CQE then. One stays armed across
-      // waits until a wake-up completes it (or the value had changed: at once).
-      // Counted from here (not when prepped): no other wait() writes the
-      // word and value until its CQE is reaped, whoever flushes it meanwhile.
-      futex_word_ = &word;
+      // interrupt() ends this wait by changing interrupts_ and futex-waking
+      // it: a FUTEX_WAIT request on it posts a CQE then. One stays armed
+      // across waits until a wake-up completes it (or the value had changed:
+      // at once). Counted from here (not when prepped): no other wait()
+      // writes the value until its CQE is reaped, whoever flushes it meanwhile.
       futex_value_ = value;
       futex_sqes_.fetch_add(1, std::memory_order_seq_cst);
       futex_want_.store(true, std::memory_order_seq_cst);
       flush();
     }
     for (;;) {
-      if (word.load(std::memory_order_seq_cst) != value || cq_nonempty()) return;
+      if (interrupts_.load(std::memory_order_seq_cst) != value || cq_nonempty()) break;
       // A CQE posted after the look ends the wait at once (the kernel
       // compares the tail with the head as last advanced), unless another
       // thread consumed it before this one entered the kernel: a submitter
@@ -324,33 +329,13 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
                                      reinterpret_cast<sigset_t*>(&arg), sizeof(arg));
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
         std::fprintf(stderr, "ordo::io: io_uring_enter (worker wait) failed: %s\n", std::strerror(-rc));
-        return;
+        break;
       }
     }
+    interrupts_seen_ = interrupts_.load(std::memory_order_seq_cst);
   }
 
-  [[nodiscard]] bool ready() const noexcept override { return cq_nonempty(); }
-
-  /// Requests past their submit call and not yet reaped (the armed
-  /// FUTEX_WAIT aside), or CQEs waiting. A request counts once the submit()
-  /// that flushed it has returned: one the kernel completes during its
-  /// submit (a read from the page cache) is reaped by its submitter right
-  /// after, and never needs a worker in the ring. Every submit() in progress
-  /// discounts one SQE: a hint, exact when submits do not overlap.
-  [[nodiscard]] bool pending() const noexcept override {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: see WorkerPool::wake_for_ring()
-    return in_kernel() > submitting_.load(std::memory_order_relaxed) || cq_nonempty();
-  }
-
-  [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
-
-  [[nodiscard]] ReactorStats stats() const noexcept override {
-    return {stats_.by_reaper.load(std::memory_order_relaxed), stats_.by_workers.load(std::memory_order_relaxed),
-            stats_.by_submitters.load(std::memory_order_relaxed), stats_.worker_waits.load(std::memory_order_relaxed),
-            stats_.direct.load(std::memory_order_relaxed)};
-  }
-
-  void deliver() noexcept override {
+  [[nodiscard]] std::int64_t run() noexcept override {
     const Caller caller(callers_);
     if (!reaping_.exchange(true, std::memory_order_acquire)) {  // else its holder delivers
       if (cq_nonempty()) {
@@ -362,6 +347,35 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     in_ring_.store(false, std::memory_order_seq_cst);
     wake_reaper_if_needed();  // requests still in flight: the reaper waits for them now
     want_waiter_if_needed();  // and this worker, or a sleeper, the next time it is idle
+    return keep_.grant();
+  }
+
+  void interrupt() noexcept override {
+    // A raw futex wake: std::atomic::notify_* counts its own waiters and
+    // would not see the FUTEX_WAIT request.
+    interrupts_.fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&interrupts_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+            nullptr, 0);
+  }
+
+  void kept(std::int64_t ops, std::int64_t ns) noexcept override { keep_.kept(ops, ns); }
+
+  /// Requests past their submit call and not yet reaped (the armed
+  /// FUTEX_WAIT aside), or CQEs waiting. A request counts once the submit()
+  /// that flushed it has returned: one the kernel completes during its
+  /// submit (a read from the page cache) is reaped by its submitter right
+  /// after, and never needs a worker in the ring. Every submit() in progress
+  /// discounts one SQE: a hint, exact when submits do not overlap.
+  [[nodiscard]] bool wanted() const noexcept override {
+    return in_kernel() > submitting_.load(std::memory_order_relaxed) || cq_nonempty();
+  }
+
+  [[nodiscard]] bool workers_reap() const noexcept override { return attached_.load(std::memory_order_relaxed); }
+
+  [[nodiscard]] ReactorStats stats() const noexcept override {
+    return {stats_.by_reaper.load(std::memory_order_relaxed), stats_.by_workers.load(std::memory_order_relaxed),
+            stats_.by_submitters.load(std::memory_order_relaxed), stats_.worker_waits.load(std::memory_order_relaxed),
+            stats_.direct.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -630,7 +644,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     std::memset(sqe, 0, sizeof(*sqe));
     sqe->opcode = kOpFutexWait;
     sqe->fd = static_cast<std::int32_t>(kFutex2SizeU32 | kFutex2Private);
-    sqe->addr = reinterpret_cast<std::uint64_t>(futex_word_);
+    sqe->addr = reinterpret_cast<std::uint64_t>(&interrupts_);
     sqe->off = futex_value_;  // addr2: the expected value
     sqe->addr3 = kFutexBitsetAny;
     io_uring_sqe_set_data64(sqe, kTagFutex);
@@ -736,7 +750,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
   /// wakes it (wake_reaper_if_needed). Returns true if it parked (or found
   /// work on the way): the caller looks again; false: wait in the kernel.
   ///
-  /// Attached to an engine's idle workers (IdleRing), the reaper is their
+  /// Attached to an engine's idle workers (IdleTask), the reaper is their
   /// watchdog instead: it parks for a tick at a time while a worker waits in
   /// the ring or nothing is in flight. Requests in flight with no worker in
   /// the ring get one tick's grace (the worker that submitted them is
@@ -802,7 +816,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
            !stopping_.load(std::memory_order_relaxed);
   }
 
-  /// After a submit or cancel, or a worker's deliver(): wakes a reaper
+  /// After a submit or cancel, or a worker's run(): wakes a reaper
   /// parked until further notice if work is left in flight (one parked for
   /// a tick looks by itself; see park()).
   void wake_reaper_if_needed() noexcept {
@@ -810,12 +824,12 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     if (parked_.load(std::memory_order_relaxed) == kParkedDeep && !idle()) wake_reaper();
   }
 
-  /// After a submit or a worker's deliver(): requests in flight and no
-  /// worker in the ring (idle workers sleep on their futex while nothing is
-  /// in flight, see pending()): the engine brings one there.
+  /// After a submit or a worker's run(): requests in flight and no worker
+  /// in the ring (idle workers sleep on their futex while nothing is in
+  /// flight, see wanted()): the engine brings one there.
   void want_waiter_if_needed() noexcept {
-    if (!attached_.load(std::memory_order_seq_cst) || in_ring_.load(std::memory_order_seq_cst) || !pending()) return;
-    ordo::detail::EngineExtension::want_idle_ring_waiter(*engine_);
+    if (!attached_.load(std::memory_order_seq_cst) || in_ring_.load(std::memory_order_seq_cst) || !wanted()) return;
+    ordo::detail::EngineExtension::want_idle_task_runner(*engine_);
   }
 
   void wake_reaper() noexcept {
@@ -910,17 +924,20 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleRing {
     std::atomic<std::uint64_t> worker_waits{0};
     std::atomic<std::uint64_t> direct{0};  ///< requests done without the ring (send_now, read_now)
   } stats_;  ///< CQEs consumed, by who consumed them; waits of workers in the ring
-  // IdleRing (see the top of this file).
+  // IdleTask (see the top of this file).
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
   std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
-  std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of deliver()
+  std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of run()
+  /// Bumped by interrupt(); the waiter's FUTEX_WAIT is on it (futex word).
+  std::atomic<std::uint32_t> interrupts_{0};
+  std::uint32_t interrupts_seen_ = 0;  ///< interrupts_ as the last wait() ended (the waiter only)
+  KeepPolicy keep_;                    ///< what run() allows
   bool coop_ = false;  ///< the ring was set up with IORING_SETUP_COOP_TASKRUN
   bool read_inline_ = true;  ///< IoOptions::cached_reads_inline (read_now)
   std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
   std::atomic<int> submitting_{0};         ///< submit() calls between their count and their inline reap
   std::atomic<std::int64_t> futex_sqes_{0};  ///< a FUTEX_WAIT wanted or submitted, its CQE not reaped (0 or 1)
-  std::atomic<std::uint32_t>* futex_word_ = nullptr;  ///< its word and value (written before futex_want_)
-  std::uint32_t futex_value_ = 0;
+  std::uint32_t futex_value_ = 0;  ///< its expected value of interrupts_ (written before futex_want_)
 };
 
 }  // namespace

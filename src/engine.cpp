@@ -208,14 +208,14 @@ Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler());
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
 
-bool detail::EngineExtension::attach_idle_ring(Engine& engine, IdleRing* ring) noexcept {
-  return engine.core_->attach_idle_ring(ring);
+bool detail::EngineExtension::attach_idle_task(Engine& engine, IdleTask* task) noexcept {
+  return engine.core_->attach_idle_task(task);
 }
-void detail::EngineExtension::detach_idle_ring(Engine& engine, IdleRing* ring) noexcept {
-  engine.core_->detach_idle_ring(ring);
+void detail::EngineExtension::detach_idle_task(Engine& engine, IdleTask* task) noexcept {
+  engine.core_->detach_idle_task(task);
 }
-void detail::EngineExtension::want_idle_ring_waiter(Engine& engine) noexcept {
-  engine.core_->want_idle_ring_waiter();
+void detail::EngineExtension::want_idle_task_runner(Engine& engine) noexcept {
+  engine.core_->want_idle_task_runner();
 }
 
 CompletionThread::CompletionThread() noexcept : outer_(detail::t_state.completion_thread) {

@@ -154,15 +154,15 @@ class EngineCore {
   void wait_for_var(Var var);
   void wait_for_all();
   [[nodiscard]] bool on_worker_of(Context ctx) const noexcept;
-  /// detail::EngineExtension: the CPU pool's workers may wait in `ring`.
-  bool attach_idle_ring(IdleRing* ring) noexcept {
-    return kind_->cpu() != nullptr && kind_->cpu()->attach_ring(ring);
+  /// detail::EngineExtension: the CPU pool's idle workers may run `task`.
+  bool attach_idle_task(IdleTask* task) noexcept {
+    return kind_->cpu() != nullptr && kind_->cpu()->attach_task(task);
   }
-  void detach_idle_ring(IdleRing* ring) noexcept {
-    if (kind_->cpu() != nullptr) kind_->cpu()->detach_ring(ring);
+  void detach_idle_task(IdleTask* task) noexcept {
+    if (kind_->cpu() != nullptr) kind_->cpu()->detach_task(task);
   }
-  void want_idle_ring_waiter() noexcept {
-    if (kind_->cpu() != nullptr) kind_->cpu()->want_ring_waiter();
+  void want_idle_task_runner() noexcept {
+    if (kind_->cpu() != nullptr) kind_->cpu()->want_task_runner();
   }
   [[nodiscard]] std::size_t in_flight() const noexcept {
     return static_cast<std::size_t>(in_flight_.load(std::memory_order_relaxed));

@@ -1,13 +1,9 @@
 // src/worker_pool.cpp
 #include "worker_pool.hpp"
 
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -32,54 +28,26 @@ constexpr std::int64_t kMaxBatch = 16;
 // in-flight bound's worth of ready ops fits without growing.
 constexpr std::size_t kFifoInitial = 4096;
 static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is masked: a power of two");
-// Keeping what a delivery made ready (WorkerPool::Keep): at most this long,
-// and only while such ops averaged under kKeepOpNs; one delivery in
-// kKeepProbe is kept anyway.
-constexpr std::int64_t kKeepNs = 500'000;
-constexpr std::int64_t kKeepOpNs = 20'000;
-constexpr std::uint32_t kKeepProbe = 16;
-static_assert((kKeepProbe & (kKeepProbe - 1)) == 0, "kKeepProbe is used as a mask: a power of two");
-/// Bumps a futex word and wakes every thread waiting on it with a raw futex
-/// wait (std::atomic::notify_* counts its own waiters and would not see them).
-void bump_and_wake_all(std::atomic<std::uint32_t>& word) noexcept {
-  word.fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-}
 }  // namespace
 
-/// A worker that waited in the ring and delivered what completed there
-/// keeps the ops that made ready to itself for a while, instead of waking a
-/// sleeper for them and a second one to wait in the ring: mostly coroutines
-/// resumed by their I/O, which run for a microsecond or two and submit their
-/// next request. The kernel runs a completion's task_work in the thread that
-/// submitted the request, so requests submitted by the worker that then
-/// waits in the ring cost one wake-up per batch of completions; spread over
-/// two workers they cost one per worker and a wake-up of the ring's waiter
-/// by the other's task_work, most of them cross-core interrupts. Measured on
-/// this project's 2-core VM, 4 KiB O_DIRECT reads through 128 coroutines,
-/// 2 s runs beside fio: 6,600-8,100 rescheduling and call interrupts per run
-/// before, 300-2,600 kept; IOPS 0.84-1.02 of fio's before, 0.95-1.19 kept.
-/// The keep ends when the worker runs out of work, or at the first op
-/// boundary after kKeepNs (what is still queued then goes to a sleeper), and
-/// is not started while kept ops have lately averaged over kKeepOpNs (one
-/// delivery in kKeepProbe is kept anyway, to follow the average): work made
-/// ready in bulk then spreads over the workers at once, as before. The cost
-/// where it misjudges: a second core idle for up to kKeepNs per delivery.
-/// Meanwhile the requests this worker submits have no waiter in the ring;
-/// the reaper's watchdog tick covers a keep that ends in a long op.
+/// A worker that ran the idle task keeps the ops that made ready to itself
+/// for as long as run() allowed, rather than waking a sleeper for them (the
+/// why, and when, is the task's: io/keep_policy.hpp). Past that time, at
+/// the next op boundary, what is still queued goes to a sleeper.
 struct WorkerPool::Keep {
-  std::int64_t since = 0;  ///< when it started (0: not keeping)
-  std::int64_t ops = 0;    ///< ops run since
+  std::int64_t since = 0;   ///< when it started (0: not keeping)
+  std::int64_t for_ns = 0;  ///< how long it may last
+  std::int64_t ops = 0;     ///< ops run since
+  IdleTask* task = nullptr;  ///< the task that allowed it (told how it went)
 };
 
 void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
   if (keep.ops > 0) {
-    // Clamped: one keep stretched by a preemption moves the average by
-    // half the bound at most.
-    const std::int64_t per_op = std::min((now - keep.since) / keep.ops, 2 * kKeepOpNs);
-    const std::int64_t avg = kept_op_ns_.load(std::memory_order_relaxed);
-    // Racy updates may lose a sample: a hint.
-    kept_op_ns_.store(avg < 0 ? per_op : avg + (per_op - avg) / 4, std::memory_order_relaxed);
+    // Counted as a caller: detach_task() waits for the call. A task
+    // detached meanwhile is not told (one at the same address would be: a hint).
+    task_callers_.fetch_add(1, std::memory_order_seq_cst);
+    if (task_.load(std::memory_order_seq_cst) == keep.task) keep.task->kept(keep.ops, now - keep.since);
+    task_callers_.fetch_sub(1, std::memory_order_seq_cst);
   }
   keep = Keep{};
 }
@@ -211,78 +179,84 @@ void WorkerPool::grow_fifo() noexcept {
 }
 
 void WorkerPool::wake_one() {
-  // The epoch first: a worker about to wait in the ring checks it after it
-  // set ring_waiting_ (seq_cst both sides), so either it sees the bump and
-  // does not wait, or this sees it waiting and wakes it through its word.
+  // The epoch first: a worker about to wait in the task checks it after it
+  // set task_waiting_ (seq_cst both sides), so either it sees the bump and
+  // does not wait, or this sees it waiting and interrupts its wait.
   epoch_.fetch_add(1, std::memory_order_seq_cst);
-  // The ring's holder only when no other worker sleeps: waking a sleeper
-  // instead leaves the ring with its waiter, where the next completion wakes it.
-  if (ring_waiting_.load(std::memory_order_seq_cst) && sleepers_.load(std::memory_order_seq_cst) <= 1 &&
-      ring_waiting_.exchange(false, std::memory_order_seq_cst)) {
-    wake_ring();
+  // The task's runner only when no other worker sleeps: waking a sleeper
+  // instead leaves the runner waiting, where the next completion wakes it.
+  if (task_waiting_.load(std::memory_order_seq_cst) && sleepers_.load(std::memory_order_seq_cst) <= 1 &&
+      task_waiting_.exchange(false, std::memory_order_seq_cst)) {
+    interrupt_task();
     return;
   }
   epoch_.notify_one();
 }
 
-void WorkerPool::wake_ring() noexcept {
-  // The holder's wait is a FUTEX_WAIT request in its ring.
-  bump_and_wake_all(ring_word_);
+void WorkerPool::interrupt_task() noexcept {
+  // Dekker with detach_task(): this increment then the load of task_, there
+  // the store of task_ then the load of task_callers_. A task being detached
+  // is not called here; detach_task() interrupts its runner itself.
+  task_callers_.fetch_add(1, std::memory_order_seq_cst);
+  if (IdleTask* task = task_.load(std::memory_order_seq_cst); task != nullptr) task->interrupt();
+  task_callers_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-bool WorkerPool::attach_ring(IdleRing* ring) noexcept {
-  IdleRing* expected = nullptr;
-  return ring != nullptr && ring_.compare_exchange_strong(expected, ring, std::memory_order_seq_cst);
+bool WorkerPool::attach_task(IdleTask* task) noexcept {
+  IdleTask* expected = nullptr;
+  return task != nullptr && task_.compare_exchange_strong(expected, task, std::memory_order_seq_cst);
 }
 
-void WorkerPool::detach_ring(IdleRing* ring) noexcept {
-  IdleRing* expected = ring;
-  if (!ring_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
-  // Dekker with claim_ring(): this store of ring_ then the load of
-  // ring_users_, there the increment then the load of ring_.
-  while (ring_users_.load(std::memory_order_seq_cst) != 0) {
-    if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
+void WorkerPool::detach_task(IdleTask* task) noexcept {
+  IdleTask* expected = task;
+  if (!task_.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst)) return;
+  // Dekker with claim_task() and interrupt_task(): this store of task_ then
+  // the loads of task_held_ and task_callers_, there the claim or increment
+  // then the load of task_. The holder is interrupted until it lets go: a
+  // wake_one() that took task_waiting_ just now found no task to interrupt.
+  while (task_held_.load(std::memory_order_seq_cst) || task_callers_.load(std::memory_order_seq_cst) != 0) {
+    if (task_held_.load(std::memory_order_seq_cst)) task->interrupt();
     std::this_thread::yield();
   }
 }
 
-IdleRing* WorkerPool::claim_ring() noexcept {
-  if (ring_.load(std::memory_order_relaxed) == nullptr) return nullptr;
-  int expected = 0;
-  if (!ring_users_.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) return nullptr;  // held
-  IdleRing* ring = ring_.load(std::memory_order_seq_cst);
-  if (ring == nullptr) ring_users_.store(0, std::memory_order_seq_cst);
-  return ring;
+IdleTask* WorkerPool::claim_task() noexcept {
+  if (task_.load(std::memory_order_relaxed) == nullptr) return nullptr;
+  bool expected = false;
+  if (!task_held_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) return nullptr;  // held
+  IdleTask* task = task_.load(std::memory_order_seq_cst);
+  if (task == nullptr) release_task();
+  return task;
 }
 
-void WorkerPool::want_ring_waiter() noexcept {
-  if (ring_.load(std::memory_order_relaxed) == nullptr) return;
-  // One of this pool's workers submitted: it is about to go idle (and wait
-  // in the ring itself) or to take another op (and wake a sleeper first).
-  // A wake-up here would cost a second thread per request.
+void WorkerPool::want_task_runner() noexcept {
+  if (task_.load(std::memory_order_relaxed) == nullptr) return;
+  // One of this pool's workers made it wanted (it submitted): it is about
+  // to go idle (and run the task itself) or to take another op (and wake a
+  // sleeper first). A wake-up here would cost a second thread per request.
   if (t_state.pool == this) {
-    if (!ring_wanted_.load(std::memory_order_relaxed)) ring_wanted_.store(true, std::memory_order_relaxed);
+    if (!runner_wanted_.load(std::memory_order_relaxed)) runner_wanted_.store(true, std::memory_order_relaxed);
     return;
   }
-  wake_for_ring();
+  wake_for_task();
 }
 
-void WorkerPool::wake_for_ring() noexcept {
+void WorkerPool::wake_for_task() noexcept {
   // Dekker with the idle path: there sleepers_ is raised before the look at
-  // the ring's pending(); here the requests were counted before this fence.
-  // A worker that looked too early is counted here and woken; the woken one
-  // finds the requests pending and waits in the ring.
+  // the task's wanted(); here what made it wanted happened before this
+  // fence. A worker that looked too early is counted here and woken; the
+  // woken one finds the task wanted and runs it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (ring_waiting_.load(std::memory_order_relaxed) || sleepers_.load(std::memory_order_relaxed) == 0) return;
+  if (task_waiting_.load(std::memory_order_relaxed) || sleepers_.load(std::memory_order_relaxed) == 0) return;
   wake_one();
 }
 
-bool WorkerPool::ring_says(bool (IdleRing::*what)() const noexcept) noexcept {
-  if (ring_.load(std::memory_order_relaxed) == nullptr) return false;
-  IdleRing* ring = claim_ring();  // held while looked at: detach_ring() waits for the look
-  if (ring == nullptr) return false;
-  const bool yes = (ring->*what)();
-  ring_users_.store(0, std::memory_order_seq_cst);
+bool WorkerPool::task_wanted() noexcept {
+  if (task_.load(std::memory_order_relaxed) == nullptr) return false;
+  IdleTask* task = claim_task();  // held while asked: detach_task() waits for the answer
+  if (task == nullptr) return false;
+  const bool yes = task->wanted();
+  release_task();
   return yes;
 }
 
@@ -339,7 +313,6 @@ void WorkerPool::worker_main(int index) {
   ts.index = index;
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
   Keep keep;
-  std::uint32_t keep_probe = 0;
   // A new worker has no work to spin for: it goes to sleep at once. Spinning,
   // it yields for up to kSpinRounds time slices of a core that others need
   // (an engine's threads start on the core its creator does not occupy, all
@@ -356,55 +329,52 @@ void WorkerPool::worker_main(int index) {
       if (op == nullptr) {
         if (keep.since != 0) end_keep(keep, EngineCore::now_ns());
         core_.flush_finished();  // out of work: publish the completions counted locally
-        // Spin for the next op, unless requests are in flight in a ring
-        // nobody waits in: then wait there at once, where their completion
+        // Spin for the next op, unless the idle task is wanted (requests in
+        // flight in the ring): then wait there at once, where their completion
         // wakes this thread (spinning, it would steal the core that runs it).
-        if (may_spin && !ring_says(&IdleRing::pending)) op = spin();
+        if (may_spin && !task_wanted()) op = spin();
         may_spin = true;
       }
       if (op == nullptr) {
         const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        // An attached ring (detail::IdleRing): this worker waits in it if no
-        // other does and requests are in flight there, so the completion it
-        // waits for wakes this thread. With none in flight it sleeps on its
-        // futex: in the ring, CQEs that submitters post and reap themselves
-        // (cached reads, completed during their submit) would wake it each
-        // time. A submit that leaves requests in flight brings a sleeper in
-        // (want_ring_waiter()). Dekker with wake_for_ring(): sleepers_ above,
-        // then the look at pending() (fenced inside).
-        IdleRing* ring = claim_ring();
-        if (ring != nullptr && !ring->pending()) {
-          ring_users_.store(0, std::memory_order_seq_cst);
-          ring = nullptr;
+        // An attached idle task (detail::IdleTask): this worker waits in it
+        // if no other does and the task is wanted, and sleeps on its futex
+        // otherwise (an io_uring ring with no request in flight would wake
+        // it for CQEs that submitters reap themselves). Dekker with
+        // wake_for_task(): sleepers_ above, this fence, then wanted().
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        IdleTask* task = claim_task();
+        if (task != nullptr && !task->wanted()) {
+          release_task();
+          task = nullptr;
         }
-        std::uint32_t word = 0;
-        if (ring != nullptr) {
-          ring_wanted_.store(false, std::memory_order_relaxed);  // this worker is the waiter
-          word = ring_word_.load(std::memory_order_seq_cst);
-          ring_waiting_.store(true, std::memory_order_seq_cst);
+        if (task != nullptr) {
+          runner_wanted_.store(false, std::memory_order_relaxed);  // this worker is the runner
+          task_waiting_.store(true, std::memory_order_seq_cst);
         }
         op = try_pop();
         const bool stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
-        bool waited_in_ring = false;
+        bool waited_in_task = false;
         if (op == nullptr && !stop) {
           core_.worker_idle();
-          if (ring == nullptr) {
+          if (task == nullptr) {
             epoch_.wait(epoch, std::memory_order_seq_cst);
           } else if (epoch_.load(std::memory_order_seq_cst) == epoch) {
-            ring->wait(ring_word_, word);
-            waited_in_ring = true;
+            task->wait();
+            waited_in_task = true;
           }
         }
-        if (ring != nullptr) {
-          ring_waiting_.store(false, std::memory_order_seq_cst);
+        if (task != nullptr) {
+          task_waiting_.store(false, std::memory_order_seq_cst);
           sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-          // Deliver what came as a worker that is about to look at the
-          // queue: what the deliveries enqueue wakes nobody (this thread
-          // takes it next), and more than it takes brings a sleeper in.
-          if (waited_in_ring) {
+          // Run the task as a worker that is about to look at the queue:
+          // what it enqueues wakes nobody (this thread takes it next), and
+          // more than it takes brings a sleeper in.
+          std::int64_t keep_ns = 0;
+          if (waited_in_task) {
             spinning_.fetch_add(1, std::memory_order_seq_cst);
-            ring->deliver();
+            keep_ns = task->run();
             // Inside the queue's lock, as in try_pop(): an op another thread
             // queued meanwhile (reading this thread as spinning, so waking
             // nobody) is then counted in size_ below.
@@ -412,13 +382,9 @@ void WorkerPool::worker_main(int index) {
             spinning_.fetch_sub(1, std::memory_order_relaxed);
             lock_.unlock();
           }
-          ring_users_.store(0, std::memory_order_seq_cst);
-          const std::int64_t kept_avg = kept_op_ns_.load(std::memory_order_relaxed);
-          // Kept ops that averaged long are kept again one delivery in
-          // kKeepProbe, so that the average follows the ops as they change.
-          if (waited_in_ring && size_.load(std::memory_order_relaxed) > 0 &&
-              (kept_avg < kKeepOpNs || (++keep_probe & (kKeepProbe - 1)) == 0)) {
-            keep.since = EngineCore::now_ns();  // Keep: run it here, for now
+          release_task();
+          if (keep_ns > 0 && size_.load(std::memory_order_relaxed) > 0) {
+            keep = Keep{EngineCore::now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
           } else {
             wake_if_queued(1);
           }
@@ -432,19 +398,19 @@ void WorkerPool::worker_main(int index) {
     if (keep.since != 0) {
       // Keeping (Keep): past its time, what is still queued goes to a sleeper.
       const std::int64_t now = EngineCore::now_ns();
-      if (now - keep.since <= kKeepNs) {
+      if (now - keep.since <= keep.for_ns) {
         ++keep.ops;
       } else {
         end_keep(keep, now);
         wake_if_queued(0);
       }
     }
-    // Requests this worker submitted wait for a waiter in the ring, and it
-    // stays busy: bring a sleeper in for them (keeping: it waits there
-    // itself when the keep ends, which is soon).
-    if (keep.since == 0 && ring_wanted_.load(std::memory_order_relaxed) &&
-        ring_wanted_.exchange(false, std::memory_order_relaxed)) {
-      wake_for_ring();
+    // This worker made the task wanted (submitted requests) and stays
+    // busy: bring a sleeper in to run it (keeping: it runs the task itself
+    // when the keep ends, which is soon).
+    if (keep.since == 0 && runner_wanted_.load(std::memory_order_relaxed) &&
+        runner_wanted_.exchange(false, std::memory_order_relaxed)) {
+      wake_for_task();
     }
     core_.execute(op);
   }
@@ -470,8 +436,8 @@ OpRecord* WorkerPool::spin() {
     // as long as the first op ran). Now that enqueue() either comes first,
     // and its op is seen below, or sees the spinner gone and wakes a sleeper.
     if (size_.load(std::memory_order_relaxed) > 0) op = try_pop(/*spinning=*/true);
-    // A completion came for the ring nobody waits in: go and deliver it.
-    if (op == nullptr && ring_says(&IdleRing::ready)) break;
+    // The idle task is wanted and nobody runs it: go and run it.
+    if (op == nullptr && task_wanted()) break;
   }
   if (op == nullptr) spinning_.fetch_sub(1, std::memory_order_seq_cst);
   // Found work and more is queued while nobody else looks: bring a sleeper in.
@@ -490,8 +456,8 @@ void WorkerPool::stop_and_join() {
   if (!stop_.exchange(true, std::memory_order_seq_cst)) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     epoch_.notify_all();
-    // Dekker with the ring's holder: it sets ring_waiting_ then reads stop_.
-    if (ring_waiting_.exchange(false, std::memory_order_seq_cst)) wake_ring();
+    // Dekker with the task's holder: it sets task_waiting_ then reads stop_.
+    if (task_waiting_.exchange(false, std::memory_order_seq_cst)) interrupt_task();
   }
   for (auto& t : threads_) {
     if (t.joinable()) t.join();

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "ordo/detail/idle_ring.hpp"
+#include "ordo/detail/idle_task.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "spin_lock.hpp"
 
@@ -127,6 +127,7 @@ extern constinit thread_local ThreadState t_state;
 /// @par Thread safety
 /// enqueue() from any thread. The queue is guarded by `lock_`; sleeping uses
 /// `epoch_` (futex wait) with the `sleepers_` count checked by enqueuers.
+/// attach_task(), detach_task() and want_task_runner() from any thread.
 class WorkerPool {
  public:
   enum class Order { fifo, priority };
@@ -142,15 +143,16 @@ class WorkerPool {
   [[nodiscard]] std::int64_t queued() const noexcept { return size_.load(std::memory_order_relaxed); }
   [[nodiscard]] bool is_priority() const noexcept { return order_ == Order::priority; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  /// From now on one idle worker at a time may wait in `ring` instead of
-  /// sleeping (detail::IdleRing). False if a ring is attached already.
-  bool attach_ring(IdleRing* ring) noexcept;
-  /// Undoes attach_ring(): wakes the worker in the ring, returns once none is inside it.
-  void detach_ring(IdleRing* ring) noexcept;
-  /// The attached ring has requests in flight and nobody waiting in it:
-  /// see EngineExtension::want_idle_ring_waiter().
-  void want_ring_waiter() noexcept;
-  /// A worker sleeps (or waits in the attached ring) with no op queued for
+  /// From now on one idle worker at a time may run `task` instead of
+  /// sleeping (detail::IdleTask). False if a task is attached already.
+  bool attach_task(IdleTask* task) noexcept;
+  /// Undoes attach_task(): interrupts the task's runner, returns once no
+  /// thread is inside a call to the task.
+  void detach_task(IdleTask* task) noexcept;
+  /// The attached task is wanted and nobody runs it: see
+  /// EngineExtension::want_idle_task_runner().
+  void want_task_runner() noexcept;
+  /// A worker sleeps (or runs the attached task) with no op queued for
   /// it: a hint. A sleeper woken for a queued op counts as a sleeper until
   /// it runs, which with more threads than cores can take a scheduler tick;
   /// the queued op tells it apart. seq_cst: Dekker with a sleeping worker's
@@ -174,21 +176,23 @@ class WorkerPool {
   OpRecord* try_pop(bool spinning = false);
   OpRecord* spin();
   void wake_one();
-  /// The attached ring if this worker may wait in it now (it then holds it).
-  IdleRing* claim_ring() noexcept;
-  /// What `what` (IdleRing::pending or ready) says of the attached ring,
-  /// held while asked; false if none is attached or another worker holds it.
-  bool ring_says(bool (IdleRing::*what)() const noexcept) noexcept;
-  /// Wakes the worker waiting in the ring (its wait ends on ring_word_).
-  void wake_ring() noexcept;
-  /// Wakes a sleeping worker to wait in the ring, unless one waits there.
-  void wake_for_ring() noexcept;
+  /// The attached task if this worker may run it now (it then holds it
+  /// until release_task()).
+  IdleTask* claim_task() noexcept;
+  void release_task() noexcept { task_held_.store(false, std::memory_order_seq_cst); }
+  /// The attached task's wanted(), asked while held; false if none is
+  /// attached or another worker holds it.
+  bool task_wanted() noexcept;
+  /// Interrupts the attached task's runner (IdleTask::interrupt), if a task is attached.
+  void interrupt_task() noexcept;
+  /// Wakes a sleeping worker to run the task, unless its runner waits in it.
+  void wake_for_task() noexcept;
   static bool before(const OpRecord* a, const OpRecord* b) noexcept;
   /// Wakes a sleeper if more than `more_than` ops are queued and no worker
   /// spins (one that spins will find them).
   void wake_if_queued(std::int64_t more_than) noexcept;
   struct Keep;
-  /// Ends `keep` and folds its ops' average duration into kept_op_ns_.
+  /// Ends `keep` and tells its task how it went (IdleTask::kept).
   void end_keep(Keep& keep, std::int64_t now) noexcept;
 
   EngineCore& core_;
@@ -225,21 +229,20 @@ class WorkerPool {
   std::atomic<int> spinning_{0};
   alignas(64) std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake sleepers (futex word)
   std::atomic<bool> stop_{false};        ///< set once by stop_and_join()
-  // The idle ring (detail::IdleRing). One worker at a time holds it
-  // (ring_users_ 1) and, while idle, waits in it; it counts among the
-  // sleepers_. wake_one() wakes it through ring_word_ (futex) when no other
-  // worker sleeps, and leaves it waiting otherwise.
-  std::atomic<IdleRing*> ring_{nullptr};
-  std::atomic<int> ring_users_{0};          ///< 1 while a worker holds the ring
-  std::atomic<bool> ring_waiting_{false};   ///< the holder is idle: wake it through ring_word_
-  std::atomic<std::uint32_t> ring_word_{0};  ///< bumped to end the holder's wait (futex word)
-  /// A worker of this pool submitted requests that nobody waits for in the
-  /// ring: if it takes another op rather than going idle, it wakes a sleeper
-  /// to wait there (want_ring_waiter()).
-  std::atomic<bool> ring_wanted_{false};
-  /// Moving average (ns) of the ops a worker ran on its own after a delivery
-  /// from the ring (see Keep in worker_pool.cpp); -1: none measured yet.
-  std::atomic<std::int64_t> kept_op_ns_{-1};
+  // The idle task (detail::IdleTask). One worker at a time holds it
+  // (task_held_) and, while idle, waits in it; it counts among the
+  // sleepers_. wake_one() interrupts its wait when no other worker sleeps,
+  // and leaves it waiting otherwise.
+  std::atomic<IdleTask*> task_{nullptr};
+  std::atomic<bool> task_held_{false};     ///< a worker holds the task: only it calls wait() and run()
+  std::atomic<bool> task_waiting_{false};  ///< the holder is idle: interrupt its wait to wake it
+  /// Threads inside interrupt_task() or a kept() call (end_keep): detach_task()
+  /// waits for them, as it waits for the holder.
+  std::atomic<int> task_callers_{0};
+  /// A worker of this pool made the task wanted with nobody running it: if
+  /// it takes another op rather than going idle, it wakes a sleeper to run
+  /// the task (want_task_runner()).
+  std::atomic<bool> runner_wanted_{false};
   std::vector<std::thread> threads_;
 };
 

@@ -791,9 +791,9 @@ TEST(IdleWorkers, AnIdleWorkerDeliversTheCompletionsItWaitsFor) {
 // the ring only while something is. Timers started one at a time by a thread
 // that is no worker (each after the previous one's callback ran on the
 // worker) are still delivered by the worker, from the ring: the submit calls
-// it there (EngineExtension::want_idle_ring_waiter), or the worker, going idle after the
-// callback, finds the timer pending. (Which of the two is a race; without
-// either, the reaper would deliver every one.)
+// it there (EngineExtension::want_idle_task_runner), or the worker, going
+// idle after the callback, finds the timer pending. (Which of the two is a
+// race; without either, the reaper would deliver every one.)
 TEST(IdleWorkers, TimersStartedByAnotherThreadAreDeliveredFromTheRing) {
   Engine engine{Options{.kind = EngineKind::per_device, .cpu_workers = 1}};
   auto io = make_uring_reactor(engine);

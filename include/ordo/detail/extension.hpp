@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "ordo/detail/idle_ring.hpp"
+#include "ordo/detail/idle_task.hpp"
 #include "ordo/engine.hpp"
 
 namespace ordo::detail {
@@ -57,20 +57,20 @@ struct EngineExtension {
     return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
   }
 
-  /// From now on an idle CPU worker of `engine` may wait in `ring`
-  /// (detail::IdleRing). False where none can: the naive engine, or another
-  /// ring already attached.
-  static bool attach_idle_ring(Engine& engine, IdleRing* ring) noexcept;
-  /// Undoes attach_idle_ring(): wakes the worker waiting in `ring`, if any,
-  /// and returns once no worker is inside its wait() or deliver().
-  static void detach_idle_ring(Engine& engine, IdleRing* ring) noexcept;
-  /// Requests are now in flight in the attached ring and no worker waits in
-  /// it: brings an idle worker there. On one of the engine's CPU workers
-  /// this only leaves a note: that worker goes to the ring itself when it
-  /// runs out of work, and wakes a sleeper for it if it takes another op
-  /// first. Elsewhere it wakes a sleeping worker, if any (none idle: the
-  /// first to run out of work finds the requests pending).
-  static void want_idle_ring_waiter(Engine& engine) noexcept;
+  /// From now on one idle CPU worker of `engine` at a time may run `task`
+  /// (detail::IdleTask) instead of sleeping. False where none can: the
+  /// naive engine, or another task already attached.
+  static bool attach_idle_task(Engine& engine, IdleTask* task) noexcept;
+  /// Undoes attach_idle_task(): interrupts the worker waiting in `task`, if
+  /// any, and returns once no thread is inside a call to it.
+  static void detach_idle_task(Engine& engine, IdleTask* task) noexcept;
+  /// The attached task has become wanted() and no worker runs it: brings an
+  /// idle worker there. On one of the engine's CPU workers this only leaves
+  /// a note: that worker runs the task itself when it runs out of work, and
+  /// wakes a sleeper for it if it takes another op first. Elsewhere it wakes
+  /// a sleeping worker, if any (none idle: the first to run out of work
+  /// finds the task wanted).
+  static void want_idle_task_runner(Engine& engine) noexcept;
 };
 
 }  // namespace ordo::detail
