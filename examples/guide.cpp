@@ -101,6 +101,14 @@ void engines() {
   // [end]
 }
 
+void environment() {
+  // [snippet:env]
+  ordo::Options mine{.cpu_workers = 2};
+  mine.profile.trace_path = "run-trace.json";           // where ORDO_PROFILE=1 would write the trace
+  ordo::Engine engine(ordo::Options::from_env(mine));  // the ORDO_* variables that are set win over `mine`
+  // [end]
+}
+
 }  // namespace
 
 int main() {
@@ -110,6 +118,7 @@ int main() {
   errors();
   misuse();
   engines();
+  environment();
   std::printf("guide examples OK\n");
   return 0;
 }
