@@ -1,10 +1,14 @@
 // The code of docs/guide.md. Each [snippet:NAME] ... [end] region is quoted
 // verbatim in the guide; the `docs_snippets` test checks they stay in sync,
 // and this program runs as a smoke test, so every snippet compiles and works.
+#undef NDEBUG  // the asserts are this smoke test's checks, in every build type
+#include <ordo/error_code.hpp>
 #include <ordo/ordo.hpp>
 
 #include <cassert>
+#include <chrono>
 #include <cstdio>
+#include <system_error>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -92,6 +96,20 @@ void misuse() {
   // [end]
 }
 
+void error_codes() {
+  ordo::Engine engine;
+  // [snippet:errc]
+  ordo::Var never_made;  // default-constructed: names no variable
+  try {
+    engine.push_sync([] {}, ordo::Context::cpu(), {never_made}, {});
+  } catch (const ordo::Error& e) {
+    assert(e.code() == ordo::Errc::empty_var);  // which rule; what() says where
+    std::error_code ec = ordo::error_code_of(e);  // <ordo/error_code.hpp>: category "ordo"
+    assert(ec == ordo::Errc::empty_var && ec.message() == "empty variable handle");
+  }
+  // [end]
+}
+
 void engines() {
   // [snippet:engines]
   ordo::Engine debug(ordo::Options{.kind = ordo::EngineKind::naive});  // inline, in push order
@@ -99,6 +117,29 @@ void engines() {
   ordo::Engine unbounded(ordo::Options{.max_in_flight = 0});  // default: 4096 ops in flight
   ordo::Engine chosen(ordo::Options::from_env());  // ORDO_ENGINE=naive|pooled|per_device, ...
   // [end]
+}
+
+void environment() {
+  // [snippet:env]
+  ordo::Options mine{.cpu_workers = 2};
+  mine.profile.trace_path = "run-trace.json";           // where ORDO_PROFILE=1 would write the trace
+  ordo::Engine engine(ordo::Options::from_env(mine));  // the ORDO_* variables that are set win over `mine`
+  // [end]
+}
+
+void shutdown() {
+  // [snippet:shutdown]
+  std::vector<ordo::ErrorReport> reports;
+  {
+    ordo::Engine engine(ordo::Options{.shutdown_timeout = std::chrono::milliseconds(50),
+                                      .on_unobserved_error = [&](const ordo::ErrorReport& r) { reports.push_back(r); }});
+    ordo::Var v = engine.new_variable();
+    engine.push_async([](ordo::RunContext, ordo::OnComplete) { /* drops its OnComplete: never completes */ },
+                      ordo::Context::cpu(), {}, {v}, {.prop = ordo::FnProperty::async, .name = "lost"});
+  }  // ~Engine: no progress for 50 ms, so it reports "lost" and abandons it
+  assert(reports.size() == 1 && reports[0].op_name == "lost");
+  // [end]
+  std::printf("shutdown report: %s: %s\n", reports[0].op_name.c_str(), reports[0].message.c_str());
 }
 
 }  // namespace
@@ -109,7 +150,10 @@ int main() {
   operators();
   errors();
   misuse();
+  error_codes();
   engines();
+  environment();
+  shutdown();
   std::printf("guide examples OK\n");
   return 0;
 }

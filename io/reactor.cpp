@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends.hpp"
+#include "ordo/detail/env.hpp"
 #include "ordo/detail/extension.hpp"
 #include "ordo/io.hpp"
 
@@ -21,47 +22,25 @@ namespace ordo::io {
 // ---------------------------------------------------------------------------
 // Options, errors, results
 
-namespace {
-
-/// Sets `flag` from the variable `name` when it is set: "0" or "1", nothing else.
-void on_off_from_env(const char* name, bool& flag) {
-  const char* c = std::getenv(name);
-  if (c == nullptr) return;
-  const std::string_view v(c);
-  if (v != "0" && v != "1") {
-    throw Error(Errc::invalid_argument, std::string(name) + " must be 0 or 1, not '" + std::string(v) + "'");
-  }
-  flag = v == "1";
-}
-
-}  // namespace
-
+// The parsing (on/off spellings, numbers, the error naming the variable) is
+// the core's detail::env_*, shared with Options::from_env.
 IoOptions IoOptions::from_env() {
   IoOptions o;
-  if (const char* b = std::getenv("ORDO_IO_BACKEND"); b != nullptr) {
-    const std::string_view v(b);
-    if (v == "uring" || v == "io_uring") {
+  if (const auto b = ordo::detail::env_value("ORDO_IO_BACKEND")) {
+    if (*b == "uring" || *b == "io_uring") {
       o.backend = Backend::uring;
-    } else if (v == "threads") {
+    } else if (*b == "threads") {
       o.backend = Backend::threads;
-    } else if (v == "auto" || v.empty()) {
+    } else if (*b == "auto" || b->empty()) {
       o.backend = Backend::automatic;
     } else {
-      throw Error(Errc::invalid_argument,
-                  "ORDO_IO_BACKEND must be auto, uring or threads, not '" + std::string(v) + "'");
+      ordo::detail::bad_env("ORDO_IO_BACKEND", *b, "a backend", "auto, uring or threads");
     }
   }
-  if (const char* t = std::getenv("ORDO_IO_THREADS"); t != nullptr) {
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(t, &end, 10);
-    if (end == t || *end != '\0' || n == 0 || n > 1024) {
-      throw Error(Errc::invalid_argument, "ORDO_IO_THREADS must be a number from 1 to 1024, not '" + std::string(t) + "'");
-    }
-    o.threads = static_cast<unsigned>(n);
-  }
-  on_off_from_env("ORDO_IO_IDLE_WORKERS_REAP", o.idle_workers_reap);
-  on_off_from_env("ORDO_IO_COOPERATIVE_TASKRUN", o.cooperative_taskrun);
-  on_off_from_env("ORDO_IO_CACHED_READS_INLINE", o.cached_reads_inline);
+  ordo::detail::env_integer("ORDO_IO_THREADS", o.threads, 1U, 1024U);
+  ordo::detail::env_bool("ORDO_IO_IDLE_WORKERS_REAP", o.idle_workers_reap);
+  ordo::detail::env_bool("ORDO_IO_COOPERATIVE_TASKRUN", o.cooperative_taskrun);
+  ordo::detail::env_bool("ORDO_IO_CACHED_READS_INLINE", o.cached_reads_inline);
   return o;
 }
 

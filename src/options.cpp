@@ -1,13 +1,13 @@
-// src/options.cpp - Options::from_env, the one place that reads the environment.
+// src/options.cpp - Options::from_env (the engine's only reader of the
+// environment; the parsing is src/env.cpp's) and usable_cpus.
 #include <sched.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
-#include "ordo/error.hpp"
+#include "ordo/detail/env.hpp"
 #include "ordo/options.hpp"
 
 namespace ordo {
@@ -35,59 +35,44 @@ unsigned usable_cpus() noexcept {
   return std::max(1U, std::thread::hardware_concurrency());
 }
 
-namespace {
-
-template <class T>
-void read_number(const char* name, T& out) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return;
-  const std::string_view text(value);
-  T parsed{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
-  if (ec != std::errc{} || end != text.data() + text.size()) {
-    throw Error(Errc::invalid_argument,
-                std::string(name) + "='" + value + "' is not a non-negative integer");
-  }
-  out = parsed;
-}
-
-}  // namespace
-
 Options Options::from_env() { return from_env(Options{}); }
 
+// Each variable is applied over `base` only when it is set; parsing (and the
+// error naming the variable) is detail::env_*'s, shared with IoOptions.
 Options Options::from_env(Options base) {
-  if (const char* kind = std::getenv("ORDO_ENGINE"); kind != nullptr) {
-    const std::string_view k(kind);
-    if (k == "naive") {
+  if (const auto kind = detail::env_value("ORDO_ENGINE")) {
+    if (*kind == "naive") {
       base.kind = EngineKind::naive;
-    } else if (k == "pooled") {
+    } else if (*kind == "pooled") {
       base.kind = EngineKind::pooled;
-    } else if (k == "per_device" || k == "per-device") {
+    } else if (*kind == "per_device" || *kind == "per-device") {
       base.kind = EngineKind::per_device;
     } else {
-      throw Error(Errc::invalid_argument,
-                  "ORDO_ENGINE='" + std::string(k) + "' is not one of naive, pooled, per_device");
+      detail::bad_env("ORDO_ENGINE", *kind, "an engine kind", "naive, pooled or per_device");
     }
   }
-  read_number("ORDO_CPU_WORKERS", base.cpu_workers);
-  read_number("ORDO_CPU_PRIORITY_WORKERS", base.cpu_priority_workers);
-  read_number("ORDO_IO_WORKERS", base.io_workers);
-  read_number("ORDO_MAX_IN_FLIGHT", base.max_in_flight);
-  if (const char* profile = std::getenv("ORDO_PROFILE"); profile != nullptr) {
-    const std::string_view p(profile);
-    if (p.empty()) {
-      throw Error(Errc::invalid_argument, "ORDO_PROFILE is empty: give 0, 1 or the path of a trace file");
+  detail::env_integer("ORDO_CPU_WORKERS", base.cpu_workers);
+  detail::env_integer("ORDO_CPU_PRIORITY_WORKERS", base.cpu_priority_workers);
+  detail::env_integer("ORDO_IO_WORKERS", base.io_workers);
+  detail::env_integer("ORDO_MAX_IN_FLIGHT", base.max_in_flight);
+  if (const auto profile = detail::env_value("ORDO_PROFILE")) {
+    // A boolean spelling switches profiling; anything else is a trace path
+    // (a file literally named "on" is spelled "./on"). "On" must leave a
+    // trace somewhere: the variable is for programs that do not read the
+    // profiler themselves.
+    if (profile->empty()) {
+      detail::bad_env("ORDO_PROFILE", *profile, "a switch or a path",
+                      "1/0, true/false, on/off, yes/no or the path of the trace file");
     }
-    if (p == "0" || p == "off") {
-      base.profile.enabled = false;
-    } else if (p == "1" || p == "on") {
-      base.profile.enabled = true;
+    if (const std::optional<bool> on = detail::parse_bool(*profile)) {
+      base.profile.enabled = *on;
+      if (*on && base.profile.trace_path.empty()) base.profile.trace_path = std::string(ProfileOptions::kDefaultTracePath);
     } else {
       base.profile.enabled = true;
-      base.profile.trace_path = std::string(p);
+      base.profile.trace_path = std::string(*profile);
     }
   }
-  read_number("ORDO_PROFILE_MAX_EVENTS", base.profile.max_events);
+  detail::env_integer("ORDO_PROFILE_MAX_EVENTS", base.profile.max_events);
   return base;
 }
 

@@ -45,6 +45,9 @@ struct ProfileOptions {
   /// When not empty, the engine's destructor writes the Chrome trace here
   /// (after draining); a failure is reported on stderr (the destructor never throws).
   std::string trace_path{};
+  /// Where ORDO_PROFILE=1 (through Options::from_env) writes the trace when
+  /// the options given to from_env name none: the working directory.
+  static constexpr std::string_view kDefaultTracePath = "ordo-trace.json";
 };
 
 /// Engine configuration. Every field has a sensible default; `Options{}` gives
@@ -77,14 +80,18 @@ struct Options {
   /// The profiler: off unless profile.enabled.
   ProfileOptions profile{};
 
-  /// Returns `base` with any of these environment variables applied:
+  /// Returns `base` with those of these environment variables that are set
+  /// applied over it (docs/guide.md, "Environment variables"):
   /// ORDO_ENGINE (naive|pooled|per_device), ORDO_CPU_WORKERS,
   /// ORDO_CPU_PRIORITY_WORKERS, ORDO_IO_WORKERS, ORDO_MAX_IN_FLIGHT,
-  /// ORDO_PROFILE (0|off: profiling off; 1|on: on; anything else: on, and the
-  /// path of the Chrome trace written when the engine is destroyed),
+  /// ORDO_PROFILE (1/true/on/yes, any case: on, and the trace is written to
+  /// base's trace_path or else ProfileOptions::kDefaultTracePath;
+  /// 0/false/off/no: off; anything else: on, and the path of the trace),
   /// ORDO_PROFILE_MAX_EVENTS.
-  /// A malformed value throws ordo::Error{Errc::invalid_argument} naming it.
-  /// The library never reads the environment anywhere else.
+  /// A malformed value throws ordo::Error{Errc::invalid_argument} naming the
+  /// variable and the value.
+  /// Engines never read the environment themselves: `Engine(Options{})` is
+  /// the same whatever is set; a program opts in by calling this.
   [[nodiscard]] static Options from_env(Options base);
   [[nodiscard]] static Options from_env();
 };

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -47,6 +48,31 @@ class Gate {
   std::mutex m_;
   std::condition_variable cv_;
   bool open_ = false;
+};
+
+/// Sets (or, given nullptr, unsets) an environment variable for one scope
+/// and restores what was there before, so a failed assertion in an env test
+/// does not leak the variable into the tests after it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
+    set(value);
+  }
+  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  void set(const char* value) const {
+    if (value == nullptr) {
+      ::unsetenv(name_.c_str());
+    } else {
+      ::setenv(name_.c_str(), value, 1);
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
 };
 
 /// Counts arrivals; wait_for(n) blocks until n have arrived (bounded).

@@ -725,6 +725,21 @@ TEST(IoOptionsEnv, ParsesBackendAndRejectsNonsense) {
   EXPECT_EQ(IoOptions::from_env().backend, Backend::automatic);
 }
 
+/// IoOptions::from_env() must throw Errc::invalid_argument naming `name` and `value`.
+void expect_io_env_rejected(const char* name, const char* value) {
+  SCOPED_TRACE(std::string(name) + "='" + value + "'");
+  ordo::test::ScopedEnv env(name, value);
+  try {
+    (void)IoOptions::from_env();
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(std::string(name) + "='" + value + "'"), std::string::npos) << e.what();
+  }
+}
+
+// The on/off variables take the same spellings as the core's (issue 31: they
+// took only 0 and 1 while ORDO_PROFILE took 0/1/on/off).
 TEST(IoOptionsEnv, ParsesItsOnOffVariables) {
   struct OnOff {
     const char* name;
@@ -732,15 +747,30 @@ TEST(IoOptionsEnv, ParsesItsOnOffVariables) {
     bool by_default;
   };
   for (const OnOff& v : {OnOff{"ORDO_IO_IDLE_WORKERS_REAP", &IoOptions::idle_workers_reap, true},
-                         OnOff{"ORDO_IO_COOPERATIVE_TASKRUN", &IoOptions::cooperative_taskrun, false}}) {
+                         OnOff{"ORDO_IO_COOPERATIVE_TASKRUN", &IoOptions::cooperative_taskrun, false},
+                         OnOff{"ORDO_IO_CACHED_READS_INLINE", &IoOptions::cached_reads_inline, true}}) {
     SCOPED_TRACE(v.name);
     EXPECT_EQ(IoOptions::from_env().*v.flag, v.by_default);
-    ::setenv(v.name, v.by_default ? "0" : "1", 1);
-    EXPECT_EQ(IoOptions::from_env().*v.flag, !v.by_default);
-    ::setenv(v.name, "yes", 1);
-    EXPECT_THROW((void)IoOptions::from_env(), Error);
-    ::unsetenv(v.name);
+    for (const char* on : {"1", "true", "TRUE", "on", "On", "yes", "YES"}) {
+      ordo::test::ScopedEnv env(v.name, on);
+      EXPECT_TRUE(IoOptions::from_env().*v.flag) << on;
+    }
+    for (const char* off : {"0", "false", "False", "off", "OFF", "no", "No"}) {
+      ordo::test::ScopedEnv env(v.name, off);
+      EXPECT_FALSE(IoOptions::from_env().*v.flag) << off;
+    }
+    for (const char* bad : {"maybe", "", "2", " 1"}) expect_io_env_rejected(v.name, bad);
+    EXPECT_EQ(IoOptions::from_env().*v.flag, v.by_default);
   }
+}
+
+TEST(IoOptionsEnv, ParsesThreadsInRange) {
+  {
+    ordo::test::ScopedEnv env("ORDO_IO_THREADS", "7");
+    EXPECT_EQ(IoOptions::from_env().threads, 7U);
+  }
+  EXPECT_EQ(IoOptions::from_env().threads, IoOptions{}.threads);
+  for (const char* bad : {"0", "1025", "-1", "four", "", "4 "}) expect_io_env_rejected("ORDO_IO_THREADS", bad);
 }
 
 // Idle workers in the ring (IoOptions::idle_workers_reap, io_uring with

@@ -433,7 +433,7 @@ TEST(Profiler, OptionsFromEnv) {
   ::setenv("ORDO_PROFILE_MAX_EVENTS", "4096", 1);
   o = Options::from_env();
   EXPECT_TRUE(o.profile.enabled);
-  EXPECT_TRUE(o.profile.trace_path.empty());
+  EXPECT_EQ(o.profile.trace_path, ProfileOptions::kDefaultTracePath);  // "on" always leaves a trace
   EXPECT_EQ(o.profile.max_events, 4096U);
   ::setenv("ORDO_PROFILE", "0", 1);
   Options base;

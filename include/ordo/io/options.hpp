@@ -9,10 +9,13 @@
 
 namespace ordo::io {
 
-/// Reactor settings. Plain data; `IoOptions::from_env()` is the only place the
-/// environment is read (ORDO_IO_BACKEND=auto|uring|threads, ORDO_IO_THREADS,
-/// ORDO_IO_IDLE_WORKERS_REAP, ORDO_IO_COOPERATIVE_TASKRUN and
-/// ORDO_IO_CACHED_READS_INLINE, each 0|1).
+/// Reactor settings. Plain data; a Reactor never reads the environment:
+/// `IoOptions::from_env()`, called by the program, is the only place that
+/// does (ORDO_IO_BACKEND=auto|uring|threads, ORDO_IO_THREADS=1..1024, and
+/// ORDO_IO_IDLE_WORKERS_REAP, ORDO_IO_COOPERATIVE_TASKRUN,
+/// ORDO_IO_CACHED_READS_INLINE, each 1/0, true/false, on/off or yes/no in
+/// any case; docs/guide.md, "Environment variables"). A malformed value
+/// throws ordo::Error{Errc::invalid_argument} naming the variable and value.
 struct IoOptions {
   Backend backend = Backend::automatic;
   /// io_uring submission queue entries (the completion queue gets 4x).
