@@ -332,7 +332,12 @@ void WorkerPool::worker_main(int index) {
         // Spin for the next op, unless the idle task is wanted (requests in
         // flight in the ring): then wait there at once, where their completion
         // wakes this thread (spinning, it would steal the core that runs it).
-        if (may_spin && !task_wanted()) op = spin();
+        // One spinner at a time: it catches the pusher's next op as well as
+        // several would, and every further one polls the queue's hot line,
+        // races the pusher for its lock and takes a core (or a hyperthread's
+        // share of one) from the threads with work, a cost that grows with
+        // the workers (docs/benchmarks.md, "Many cores").
+        if (may_spin && spinning_.load(std::memory_order_relaxed) == 0 && !task_wanted()) op = spin();
         may_spin = true;
       }
       if (op == nullptr) {

@@ -225,7 +225,8 @@ class WorkerPool {
   std::atomic<std::int64_t> size_{0};
   /// Workers about to sleep or asleep. seq_cst with the enqueuer's fence: see enqueue().
   std::atomic<int> sleepers_{0};
-  /// Workers spinning on the queue; while one spins, enqueue() wakes nobody.
+  /// Workers spinning on the queue: one at a time (two when idle workers
+  /// race to start); while one spins, enqueue() wakes nobody.
   std::atomic<int> spinning_{0};
   alignas(64) std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake sleepers (futex word)
   std::atomic<bool> stop_{false};        ///< set once by stop_and_join()
