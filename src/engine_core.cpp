@@ -12,10 +12,6 @@ namespace ordo::detail {
 namespace {
 
 constexpr std::size_t kVarChunk = 1024;
-constexpr std::int64_t kFinishedBatch = 64;
-constexpr int kMaxContinuations = 64;
-// One op in this many is timed for its thread's batches (note_op_time).
-constexpr std::uint32_t kSampleEvery = 64;
 
 std::string op_label(const char* name) {
   return name != nullptr ? std::string("op '") + name + "'" : std::string("an unnamed op");
@@ -713,11 +709,12 @@ Placement EngineCore::place(const OpRecord* op, Origin origin) const {
   if (ts.engine != this) return {Place::queue, pool};  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
   if (op->prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
-  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kMaxContinuations) {
+  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps) {
     // Continuation: the next op of a chain stays on this worker (no queue
     // hop, its data in this core's cache). It runs next, ahead of the rest
-    // of a batch taken from the queue, for kAheadNs after the take; the
-    // budget bounds how long queued ops can be overtaken.
+    // of a batch taken from the queue, for as long after the take as the
+    // batch's own work may last (kBatchWorkNs): the batch's ops, which no
+    // other worker can take, are overtaken for at most that long.
     if (ts.depth == 0 || ts.inline_ops.empty()) return {Place::chain};
     if (now_ns() < ts.ahead_until) return {Place::ahead};
   }
@@ -794,9 +791,9 @@ void EngineCore::execute(OpRecord* op) {
   ts.running = &self;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
-    // Every kSampleEvery-th op on this thread is timed, and its first ones,
-    // for the size of its batches (note_op_time).
-    const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
+    // One op in kPeriodOps on this thread is timed, and its first, for the
+    // size of its batches (note_op_time).
+    const bool timed = (++ts.sample_tick & (kPeriodOps - 1)) == 0 || ts.op_ns < 0;
     const std::int64_t t0 = timed ? now_ns() : 0;
     // The completion locks these; their lines, last written by the pusher
     // (its enqueue) or another worker, arrive while the body runs.
@@ -818,7 +815,7 @@ void EngineCore::execute(OpRecord* op) {
   async_started_.fetch_add(1, std::memory_order_relaxed);
   // The start is what keeps this thread busy (a launch, or a coroutine up to
   // its first suspension): timed for its batches as a sync op's body is.
-  const bool timed = (++ts.sample_tick & (kSampleEvery - 1)) == 0 || ts.op_samples < kFirstSamples;
+  const bool timed = (++ts.sample_tick & (kPeriodOps - 1)) == 0 || ts.op_ns < 0;
   const std::int64_t t0 = timed ? now_ns() : 0;
   std::exception_ptr thrown;
   try {
@@ -989,7 +986,7 @@ void EngineCore::op_finished() noexcept {
     // cache line then stays with the pushing thread. It is flushed at the
     // latest when the worker runs out of work, so the count reaches zero as
     // soon as the engine is idle.
-    if (++ts.finished >= kFinishedBatch) flush_finished();
+    if (++ts.finished >= kPeriodOps) flush_finished();
     return;
   }
   // A foreign thread (async completion, inline run on a pusher): once the

@@ -60,11 +60,6 @@ class EngineCore {
   /// A held pusher (throttle()) goes on once no op has finished for this
   /// long: an op in flight may be waiting for something the pusher does next.
   static constexpr auto kStallPatience = std::chrono::milliseconds(10);
-  /// How long after a worker takes a batch from its pool's queue the ops
-  /// that its completions make ready may run ahead of the rest of the batch
-  /// (Place::ahead). Past it they are queued: the batch's ops, which no
-  /// other worker can take, wait at most this long for them.
-  static constexpr std::int64_t kAheadNs = 300'000;
 
   // Variables.
   Var new_variable();

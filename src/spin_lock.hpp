@@ -42,6 +42,12 @@ inline void prefetch_for_write(const void* p) noexcept {
 #endif
 }
 
+/// Pauses a spinning thread makes before it yields instead (SpinLock, a
+/// worker spinning for an op): past a few hundred ns the thread it waits
+/// for is more likely preempted than busy, and on an oversubscribed machine
+/// the yield gives it the core.
+inline constexpr int kPauseSpins = 32;
+
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -58,7 +64,7 @@ class SpinLock {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       int spins = 0;
       while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins < 64) {
+        if (++spins < kPauseSpins) {
           cpu_relax();
         } else {
           std::this_thread::yield();

@@ -21,7 +21,6 @@ namespace {
 // Spin briefly before sleeping: long enough to catch the next op of a busy
 // pusher, short enough not to steal a core from it on an oversubscribed machine.
 constexpr int kSpinRounds = 256;
-constexpr int kPauseRounds = 32;
 // Most ops a worker takes from the queue at once.
 constexpr std::int64_t kMaxBatch = 16;
 // Slots of a fifo queue's ring at first (a power of two): the default
@@ -300,7 +299,7 @@ OpRecord* WorkerPool::try_pop(bool spinning) {
     // lines at once, then link them (one wait, not one per record).
     for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
     for (std::int64_t i = 1; i < took; ++i) ts.inline_ops.push(batch[i]);
-    ts.ahead_until = EngineCore::now_ns() + EngineCore::kAheadNs;
+    ts.ahead_until = EngineCore::now_ns() + kBatchWorkNs;
   }
   if (op != nullptr) op->next = nullptr;
   return op;
@@ -429,7 +428,7 @@ OpRecord* WorkerPool::spin() {
     // Pause briefly, then yield: with more runnable threads than cores (a
     // pusher beside one worker per core) the pusher may be waiting for this
     // core, and it is the one that makes work.
-    if (i < kPauseRounds) {
+    if (i < kPauseSpins) {
       cpu_relax();
     } else {
       std::this_thread::yield();

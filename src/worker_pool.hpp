@@ -69,8 +69,8 @@ struct ThreadState {
   /// count (flushed in batches, and whenever the worker runs out of work).
   std::int64_t finished = 0;
   /// Workers: ops run as continuations since the last take from the queue.
-  int continuations = 0;
-  /// Counts ops run on this thread; every 16th is timed (op_ns).
+  std::uint32_t continuations = 0;
+  /// Counts ops run on this thread; one in kPeriodOps is timed (op_ns).
   std::uint32_t sample_tick = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
   /// While the body of a skipped op is destroyed: the error that skipped it.
@@ -88,34 +88,30 @@ struct ThreadState {
   /// average of the timed ones, each clamped at kBatchWorkNs; -1: none timed
   /// yet). Sizes the batches it takes from a queue (WorkerPool::try_pop).
   std::int64_t op_ns = -1;
-  std::uint32_t op_samples = 0;  ///< ops timed into op_ns, up to kFirstSamples
 };
 
+/// A thread's bookkeeping period, in ops: it times one op in this many (for
+/// its batches), publishes its finished ops to the engine's in-flight count
+/// once this many have piled up (the count's line stays with the pusher),
+/// and after this many continuations in a row goes back to the queue (a
+/// chain cannot hold queued ops back for ever). A power of two.
+inline constexpr std::uint32_t kPeriodOps = 64;
+static_assert((kPeriodOps & (kPeriodOps - 1)) == 0, "the sample tick is masked");
+
 /// Most work, by the taking thread's op_ns, that a batch taken from a queue
-/// may hold (WorkerPool::try_pop). A batch's ops wait for the one that runs
-/// first, even while another worker is idle: batching spares the queue's
-/// lock and line transfer (~0.2 us) per op, which matters for ops of a few
-/// hundred ns and not at all for ops of tens of us, where it cost
-/// parallelism instead (64 ready ops of 100 us and 1 ms, 2 workers: the last
-/// ended 12-24% after the ideal end, held in one worker's batch while the
-/// other slept; taken one at a time, 1-3%).
+/// may hold (WorkerPool::try_pop); also how long a continuation may run
+/// ahead of the rest of its batch (Place::ahead). A batch's ops wait for the
+/// one that runs first, even while another worker is idle: batching spares
+/// the queue's lock and line transfer per op, which pays for ops of a few
+/// hundred ns and costs parallelism for ops of tens of us (docs/benchmarks.md).
 inline constexpr std::int64_t kBatchWorkNs = 100'000;
-/// A thread's op_ns: the first kFirstSamples are averaged plainly (one cold
-/// first op must not decide alone), then each sample moves the average by 1/8.
-inline constexpr std::uint32_t kFirstSamples = 8;
 
-/// `avg` (-1: none yet) with the sample `ns` folded in; `n` is how many were
-/// folded before it (counted up to kFirstSamples by the caller).
-inline std::int64_t fold_sample(std::int64_t avg, std::uint32_t n, std::int64_t ns) noexcept {
-  if (avg < 0) return ns;
-  return n < kFirstSamples ? avg + (ns - avg) / static_cast<std::int64_t>(n + 1) : avg + (ns - avg) / 8;
-}
-
-/// Folds `ns`, the time one op kept this thread busy, into ts.op_ns.
+/// Folds `ns`, the time one op kept this thread busy, into ts.op_ns: the
+/// first sample sets it, each later one moves it by 1/8 (a preempted op,
+/// clamped at kBatchWorkNs, moves it by 1/8 of the bound at most).
 inline void note_op_time(ThreadState& ts, std::int64_t ns) noexcept {
-  ns = ns < kBatchWorkNs ? ns : kBatchWorkNs;  // a preempted op moves the average by 1/8 of the bound at most
-  ts.op_ns = fold_sample(ts.op_ns, ts.op_samples, ns);
-  if (ts.op_samples < kFirstSamples) ++ts.op_samples;
+  ns = ns < kBatchWorkNs ? ns : kBatchWorkNs;
+  ts.op_ns = ts.op_ns < 0 ? ns : ts.op_ns + (ns - ts.op_ns) / 8;
 }
 
 // constinit: no dynamic initialisation, so other translation units reach it
@@ -205,9 +201,7 @@ class WorkerPool {
   // The queue's hot line: what enqueue() and try_pop() touch on every call
   // (the lock, the ring's pointer and head, the counts) shares one cache
   // line, so a push that queues an op after a worker took some moves one
-  // line between the cores, not two. Spread over two lines (the lock beside
-  // read-only fields, the counts beside the priority heap), the pusher's
-  // enqueue() was ~18% of its W6 time, nearly all of it on the two misses.
+  // line between the cores, not two (docs/benchmarks.md).
   alignas(64) SpinLock lock_;
   /// The fifo queue: a ring of op pointers, size_ of them from
   /// fifo_head_ (guarded by lock_). An array rather than a list through the
