@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -151,12 +152,18 @@ TEST(IdleTask, NoCallReachesADetachedTask) {
   Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 2}};
   std::atomic<bool> done{false};
   std::atomic<std::int64_t> ran{0};
+  // The rounds start once the pusher has pushed: they can end within a few
+  // ms, before a late-starting thread pushed anything.
+  std::latch pushing(1);
   std::thread pusher([&] {
+    engine.push_sync([&ran] { ran.fetch_add(1); }, Context::cpu(), {}, {});
+    pushing.count_down();
     while (!done.load()) {
       engine.push_sync([&ran] { ran.fetch_add(1); }, Context::cpu(), {}, {});
       if (ran.load() % 64 == 0) std::this_thread::yield();
     }
   });
+  pushing.wait();
   constexpr int kRounds = 200 / test::kScale;
   std::vector<std::unique_ptr<FakeTask>> tasks;  // alive to the end: a late call is counted, not a use after free
   for (int i = 0; i < kRounds; ++i) {
