@@ -30,14 +30,16 @@
 // engine.hpp); co_await of such a push throws the original exception, the
 // one that put the error on the variables (the engine names it through
 // Engine::skip_reason while it destroys the skipped body). It also stays on
-// the variables for wait_for_var / wait_for_all, and is reported at engine
-// destruction if no engine wait ever rethrows it.
-// The same holds for wait_for. An exception thrown by fn (function form),
-// passed to Lease::fail, or unwinding through a held Lease fails the op with
-// that exception: the engine stores it on the variables the op mutates (and
-// reports it, like any op error, if no wait ever rethrows it), and it
+// the variables (wait_for_var still rethrows it). The same holds for
+// wait_for. An exception thrown by fn (function form), passed to
+// Lease::fail, or unwinding through a held Lease fails the op with that
+// exception: the engine stores it on the variables the op mutates, and it
 // propagates to the coroutine (for a lease: through the unwinding) and, if
-// uncaught there, to the task's awaiter.
+// uncaught there, to the task's awaiter. An error rethrown by co_await, or
+// unwinding through a lease, has reached a waiter: it is observed, and
+// wait_for_all and the engine's destructor pass over it; one no coroutine
+// got (an awaitable never awaited, Lease::fail) is the engine's to rethrow or
+// report, once (docs/guide.md, "Errors and exceptions").
 //
 // CANCELLATION. Both forms of push (and wait_for) take an optional
 // std::stop_token. A stop requested while the op is still pending (not yet
@@ -142,7 +144,8 @@ inline void OpState::skipped() noexcept {
   // The engine names the error that skipped the op: the awaiter gets the
   // original exception. SkippedError remains for a body destroyed without a
   // reason (the engine abandoned at shutdown).
-  error = Engine::skip_reason();
+  error_ref = ErrorRef::skipping();
+  error = error_ref.exception();
   if (error) {
     publish();
     return;

@@ -66,10 +66,12 @@ class Operator {
 /// skipped op's body is never called, only destroyed: this is guaranteed (the
 /// coroutine layer relies on it to tell a skip from a run).
 /// wait_for_var(v) rethrows v's error and clears it from v; wait_for_all()
-/// rethrows the first error not yet rethrown by any wait (an op with no
-/// outputs included) and clears the errors of all variables. An error that no
-/// wait rethrew is reported through Options::on_unobserved_error when the
-/// engine is destroyed. Misuse throws ordo::Error from the call.
+/// rethrows the first error no waiter has observed yet (an op with no
+/// outputs included) and clears the errors of all variables. An error never
+/// observed is reported through Options::on_unobserved_error when the engine
+/// is destroyed. Observed: handed to a waiter, one of these waits or a
+/// layer's (an awaiting coroutine, an Asio handler); docs/guide.md, "Errors
+/// and exceptions", states the rule. Misuse throws ordo::Error from the call.
 ///
 /// Where op bodies run. Every push is asynchronous: the pooled and
 /// per-device engines run op bodies on their own threads only, never inside
@@ -236,8 +238,8 @@ class Engine {
   /// variable's error, if any, and clears it from the variable.
   void wait_for_var(Var var);
 
-  /// Blocks until no op is in flight. Rethrows the first error that no wait
-  /// has rethrown yet and clears every variable's error; further unrethrown
+  /// Blocks until no op is in flight. Rethrows the first error no waiter has
+  /// observed yet and clears every variable's error; further unobserved
   /// errors are rethrown by the following calls, one each. With a FenceGate
   /// installed (the gpu layer), also waits for the work behind the fences
   /// (kernels enqueued by GPU ops) and, when it has no op error to rethrow,
@@ -249,7 +251,7 @@ class Engine {
 
   /// Ops pushed and not yet finished.
   [[nodiscard]] std::size_t in_flight() const noexcept;
-  /// Errors stored and not yet rethrown by a wait.
+  /// Errors stored and not yet observed by any waiter.
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }
