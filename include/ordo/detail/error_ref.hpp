@@ -43,7 +43,6 @@ class ErrorRef {
   /// (the record behind Engine::skip_reason()). Empty anywhere else.
   static ErrorRef skipping() noexcept;
 
-  [[nodiscard]] explicit operator bool() const noexcept { return rec_ != nullptr; }
   /// The stored exception (null when empty).
   [[nodiscard]] std::exception_ptr exception() const noexcept;
   /// A waiter got the exception: wait_for_all and the engine's destructor
