@@ -19,6 +19,9 @@ ordo::Task<void> attributes(ordo::Engine& engine, ordo::Var a, ordo::Var b) {
   // Function form: push(engine, reads, writes, fn, ctx, attrs, stop)
   int n = co_await ordo::push(engine, ordo::reads(a), ordo::writes(), [] { return 7; }, ordo::Context::cpu(),
                               {.prop = ordo::FnProperty::cpu_prioritized, .priority = 5, .name = "count"});
+  // The member spelling, with the same arguments.
+  ordo::Lease fill = co_await engine.push(ordo::reads(), ordo::writes(b), ordo::Context::cpu(), {.name = "fill"});
+  fill.release();
   // [end]
   assert(n == 7);
 }

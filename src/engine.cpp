@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine_core.hpp"
+#include "ordo/detail/error_ref.hpp"
 #include "ordo/detail/extension.hpp"
 
 namespace ordo {
@@ -225,15 +226,33 @@ CompletionThread::~CompletionThread() { detail::t_state.completion_thread = oute
 bool CompletionThread::active() noexcept { return detail::t_state.completion_thread; }
 
 std::exception_ptr Engine::skip_reason() noexcept {
-  const std::exception_ptr* reason = detail::t_state.skip_reason;
-  return reason != nullptr ? *reason : std::exception_ptr{};
+  const detail::ErrorRecord* reason = detail::t_state.skip_error;
+  return reason != nullptr ? reason->exception : std::exception_ptr{};
 }
+
+// detail::ErrorRef (ordo/detail/error_ref.hpp): here, beside OnComplete and
+// skip_reason, whose records it refers to.
+detail::ErrorRef detail::ErrorRef::fail(const OnComplete& done, std::exception_ptr error) {
+  ErrorRecord* kept = nullptr;
+  done.finish(std::move(error), &kept);
+  return ErrorRef(kept);
+}
+detail::ErrorRef detail::ErrorRef::skipping() noexcept { return ErrorRef(retain(t_state.skip_error)); }
+std::exception_ptr detail::ErrorRef::exception() const noexcept {
+  return rec_ != nullptr ? rec_->exception : std::exception_ptr{};
+}
+void detail::ErrorRef::observe() const noexcept {
+  // release: pairs with the acquire loads of wait_for_all, pending_errors and
+  // the shutdown report, which pass over an observed error.
+  if (rec_ != nullptr) rec_->observed.store(true, std::memory_order_release);
+}
+void detail::ErrorRef::drop(ErrorRecord* r) noexcept { release(r); }
 
 }  // namespace ordo
 
 namespace ordo {
 
-void OnComplete::finish(std::exception_ptr error) const {
+void OnComplete::finish(std::exception_ptr error, detail::ErrorRecord** kept) const {
   detail::OpRecord* op = op_;
   if (op == nullptr) throw Error(Errc::invalid_argument, "an empty OnComplete was called");
   std::uint64_t gen = gen_;
@@ -246,6 +265,7 @@ void OnComplete::finish(std::exception_ptr error) const {
   }
   detail::EngineCore* core = op->engine;
   detail::ErrorRecord* own = error ? core->make_error(std::move(error), op->name) : nullptr;
+  if (kept != nullptr) *kept = detail::retain(own);
   core->complete(op, own);
 }
 

@@ -926,10 +926,10 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   if (deleted != nullptr) recycle_var(deleted);
 
   // A skipped op's body is destroyed, never called; while it is destroyed,
-  // Engine::skip_reason() names the error that skipped it.
+  // Engine::skip_reason() names the error that skipped it (a reference kept
+  // for that time: a layer may take its own, detail::ErrorRef::skipping).
   const bool skipped = own_error == nullptr && outcome != nullptr;
-  std::exception_ptr skip_reason;
-  if (skipped) skip_reason = outcome->exception;
+  ErrorRecord* const skip_error = skipped ? retain(outcome) : nullptr;
   release(own_error);
   // Every grant (the only other writer) happened before the dispatch: a load
   // and a store, not a locked exchange.
@@ -946,13 +946,14 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
     // The async body is still on its executor's stack: it frees the record.
   } else if (skipped) {
     ThreadState& ts = t_state;
-    const std::exception_ptr* outer = ts.skip_reason;
-    ts.skip_reason = &skip_reason;
+    ErrorRecord* const outer = ts.skip_error;
+    ts.skip_error = skip_error;
     cleanup_op(op);
-    ts.skip_reason = outer;
+    ts.skip_error = outer;
   } else {
     cleanup_op(op);
   }
+  release(skip_error);
 
   for (OpRecord* r = ready.head; r != nullptr;) {
     OpRecord* next = r->next;

@@ -34,8 +34,10 @@ struct ErrorRecord {
   std::string op_name;
   std::uint64_t epoch = 0;  ///< creation order; errors with epoch <= the engine's cleared epoch are dead
   std::atomic<int> refs{1};
-  /// Set (once, to true) by the wait that rethrew it; read by wait_for_all and
-  /// at shutdown to skip errors already delivered.
+  /// Set (to true, never back) by the first waiter that got it: a wait of
+  /// the engine that rethrew it, or a layer's waiter (detail::ErrorRef::observe).
+  /// Read by wait_for_all, pending_errors and the shutdown report, which pass
+  /// over an observed error (docs/guide.md, "Errors and exceptions").
   std::atomic<bool> observed{false};
 };
 

@@ -73,8 +73,10 @@ struct ThreadState {
   /// Counts ops run on this thread; one in kPeriodOps is timed (op_ns).
   std::uint32_t sample_tick = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
-  /// While the body of a skipped op is destroyed: the error that skipped it.
-  const std::exception_ptr* skip_reason = nullptr;
+  /// While the body of a skipped op is destroyed: the error that skipped it
+  /// (Engine::skip_reason, detail::ErrorRef::skipping; a reference held by
+  /// EngineCore::complete for that time).
+  ErrorRecord* skip_error = nullptr;
   /// Inside an ordo::CompletionThread scope: an I/O reaper or event watcher
   /// that must never run user code (work it makes ready always goes to a pool).
   bool completion_thread = false;

@@ -44,11 +44,13 @@
 //
 // ERRORS OF THE OP. An exception thrown by fn fails the op exactly as with
 // push_sync: it is stored on the variables the op mutates (ops reading them
-// are skipped, Engine::wait_for_var rethrows it, the engine reports it at
-// destruction if no engine wait ever does) AND handed to the handler. An op
-// skipped because an input carries an error completes with that original
-// exception. A server that wants a failed request to leave no trace on its
-// variables catches inside fn.
+// are skipped, Engine::wait_for_var rethrows it) AND handed to the handler.
+// An op skipped because an input carries an error completes with that
+// original exception. An error handed to a handler is observed:
+// Engine::wait_for_all and the engine's destructor pass over it; that of an
+// operation never started is the engine's to rethrow or report, once
+// (docs/guide.md, "Errors and exceptions"). A server that wants a failed
+// request to leave no trace on its variables catches inside fn.
 //
 // WHERE HANDLERS RUN. Always through asio::post on the handler's associated
 // executor (asio::system_executor if it has none), never inside the

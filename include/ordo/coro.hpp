@@ -1,8 +1,9 @@
 // ordo/coro.hpp - engine ops from coroutines: co_await a push.
 //
 // Built on push_async + OnComplete, and on detail::EngineExtension for a
-// lease granted inside its push. Both spellings work: the free functions
-// taking the engine, and the members engine.push(...) / engine.wait_for(v).
+// lease granted inside its push. Both spellings work, with the same
+// arguments: the free functions taking the engine, and the members
+// engine.push(...) / engine.wait_for(v), which forward to them.
 //
 //   // Access form: suspend until the accesses are granted, hold them while
 //   // the coroutine works, release them with the lease.
@@ -30,14 +31,16 @@
 // engine.hpp); co_await of such a push throws the original exception, the
 // one that put the error on the variables (the engine names it through
 // Engine::skip_reason while it destroys the skipped body). It also stays on
-// the variables for wait_for_var / wait_for_all, and is reported at engine
-// destruction if no engine wait ever rethrows it.
-// The same holds for wait_for. An exception thrown by fn (function form),
-// passed to Lease::fail, or unwinding through a held Lease fails the op with
-// that exception: the engine stores it on the variables the op mutates (and
-// reports it, like any op error, if no wait ever rethrows it), and it
+// the variables (wait_for_var still rethrows it). The same holds for
+// wait_for. An exception thrown by fn (function form), passed to
+// Lease::fail, or unwinding through a held Lease fails the op with that
+// exception: the engine stores it on the variables the op mutates, and it
 // propagates to the coroutine (for a lease: through the unwinding) and, if
-// uncaught there, to the task's awaiter.
+// uncaught there, to the task's awaiter. An error rethrown by co_await, or
+// unwinding through a lease, has reached a waiter: it is observed, and
+// wait_for_all and the engine's destructor pass over it; one no coroutine
+// got (an awaitable never awaited, Lease::fail) is the engine's to rethrow or
+// report, once (docs/guide.md, "Errors and exceptions").
 //
 // CANCELLATION. Both forms of push (and wait_for) take an optional
 // std::stop_token. A stop requested while the op is still pending (not yet
@@ -142,7 +145,8 @@ inline void OpState::skipped() noexcept {
   // The engine names the error that skipped the op: the awaiter gets the
   // original exception. SkippedError remains for a body destroyed without a
   // reason (the engine abandoned at shutdown).
-  error = Engine::skip_reason();
+  error_ref = ErrorRef::skipping();
+  error = error_ref.exception();
   if (error) {
     publish();
     return;
@@ -433,8 +437,14 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 }
 
 namespace detail {
+/// What fn returns, called as FnBody::call calls it. Named through
+/// invoke_result, not call's deduced return type, so that a non-callable F
+/// (a stop_token meeting the function form's overloads) is a substitution
+/// failure for every compiler, whether or not it checks coro_fn first.
 template <class F>
-using fn_result_t = std::remove_cvref_t<decltype(FnBody<F, void>::call(std::declval<F&>(), RunContext{}))>;
+using fn_result_t = std::remove_cvref_t<typename std::conditional_t<std::is_invocable_v<F&, const RunContext&>,
+                                                                    std::invoke_result<F&, const RunContext&>,
+                                                                    std::invoke_result<F&>>::type>;
 }  // namespace detail
 
 /// Function form: pushes `fn` (callable as R(RunContext) or R()) as an op now,
@@ -443,8 +453,7 @@ using fn_result_t = std::remove_cvref_t<decltype(FnBody<F, void>::call(std::decl
 /// The op is complete (its variables released) before the coroutine resumes,
 /// on the worker that ran fn. fn is stored in a recycled shared state, not in
 /// the op record, so captures of any size cost no extra allocation.
-template <class F>
-  requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
+template <detail::coro_fn F>
 [[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
                                                                      F&& fn, Context ctx = Context::cpu(),
                                                                      OpAttrs attrs = {},
@@ -461,8 +470,7 @@ template <class F>
   return OpAwaitable<R>(st);
 }
 /// Function form with a stop token and the default context and attributes.
-template <class F>
-  requires(std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>)
+template <detail::coro_fn F>
 [[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
                                                                      F&& fn, const std::stop_token& stop) {
   return push(engine, r, w, std::forward<F>(fn), Context::cpu(), OpAttrs{}, stop);
@@ -480,15 +488,25 @@ template <class F>
               OpAttrs{.prop = FnProperty::async, .name = "wait_for", .inline_ok = true}, stop);
 }
 
-/// Hooks behind the member spelling Engine::push(reads, writes, ...) and
-/// Engine::wait_for(var) (found by argument-dependent lookup).
-template <class... A>
-[[nodiscard]] auto coro_push(Engine& engine, A&&... args) {
-  return push(engine, std::forward<A>(args)...);
+// The member spelling (declared in engine.hpp, with the same parameters):
+// each overload forwards to its free function, the one implementation.
+inline LeaseAwaitable Engine::push(const Reads& r, const Writes& w, Context ctx, OpAttrs attrs,
+                                   const std::stop_token& stop) {
+  return ordo::push(*this, r, w, ctx, attrs, stop);
 }
-template <class... A>
-[[nodiscard]] auto coro_wait_for(Engine& engine, Var var, A&&... args) {
-  return wait_for(engine, var, std::forward<A>(args)...);
+inline LeaseAwaitable Engine::push(const Reads& r, const Writes& w, const std::stop_token& stop) {
+  return ordo::push(*this, r, w, stop);
+}
+template <detail::coro_fn F>
+auto Engine::push(const Reads& r, const Writes& w, F&& fn, Context ctx, OpAttrs attrs, const std::stop_token& stop) {
+  return ordo::push(*this, r, w, std::forward<F>(fn), ctx, attrs, stop);
+}
+template <detail::coro_fn F>
+auto Engine::push(const Reads& r, const Writes& w, F&& fn, const std::stop_token& stop) {
+  return ordo::push(*this, r, w, std::forward<F>(fn), stop);
+}
+inline OpAwaitable<void> Engine::wait_for(Var var, const std::stop_token& stop) {
+  return ordo::wait_for(*this, var, stop);
 }
 
 }  // namespace ordo

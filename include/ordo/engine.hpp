@@ -10,11 +10,11 @@
 // share sees them in the same order.
 #pragma once
 
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +38,15 @@ struct WritesTag;
 }  // namespace detail
 template <class Tag>
 class VarList;  // ordo::Reads / ordo::Writes, from <ordo/coro.hpp>
+class LeaseAwaitable;  // from <ordo/coro.hpp>
+template <class R>
+class OpAwaitable;  // from <ordo/coro.hpp>
+
+namespace detail {
+/// The function form of a coroutine push takes fn callable as R(RunContext) or R().
+template <class F>
+concept coro_fn = std::is_invocable_v<std::decay_t<F>&, const RunContext&> || std::is_invocable_v<std::decay_t<F>&>;
+}  // namespace detail
 
 /// A pre-built operator: body, variable lists and attributes prepared once by
 /// Engine::new_operator, then pushed many times without copying either.
@@ -66,10 +75,12 @@ class Operator {
 /// skipped op's body is never called, only destroyed: this is guaranteed (the
 /// coroutine layer relies on it to tell a skip from a run).
 /// wait_for_var(v) rethrows v's error and clears it from v; wait_for_all()
-/// rethrows the first error not yet rethrown by any wait (an op with no
-/// outputs included) and clears the errors of all variables. An error that no
-/// wait rethrew is reported through Options::on_unobserved_error when the
-/// engine is destroyed. Misuse throws ordo::Error from the call.
+/// rethrows the first error no waiter has observed yet (an op with no
+/// outputs included) and clears the errors of all variables. An error never
+/// observed is reported through Options::on_unobserved_error when the engine
+/// is destroyed. Observed: handed to a waiter, one of these waits or a
+/// layer's (an awaiting coroutine, an Asio handler); docs/guide.md, "Errors
+/// and exceptions", states the rule. Misuse throws ordo::Error from the call.
 ///
 /// Where op bodies run. Every push is asynchronous: the pooled and
 /// per-device engines run op bodies on their own threads only, never inside
@@ -212,20 +223,27 @@ class Engine {
   void push(Operator op, Context ctx, int priority);
   void push(Operator op, Context ctx);
 
-  /// Coroutine forms (include <ordo/coro.hpp>; see there): the member
-  /// spelling of ordo::push(engine, ...) and ordo::wait_for(engine, var).
+  /// Coroutine forms (include <ordo/coro.hpp>, which defines them; see
+  /// there): the member spelling of ordo::push(engine, ...) and
+  /// ordo::wait_for(engine, var). Each overload forwards to the free one
+  /// with the same parameters. They are spelled out, not forwarded as a
+  /// pack, so that a braced OpAttrs converts here too:
   ///   ordo::Lease lease = co_await engine.push(ordo::reads(a), ordo::writes(b));
+  ///   co_await engine.push(ordo::reads(), ordo::writes(b), ordo::Context::cpu(), {.name = "fill"});
   ///   int n = co_await engine.push(ordo::reads(a), ordo::writes(), [&] { return f(); });
   ///   co_await engine.wait_for(v);
-  template <class R, class W, class... Rest>
-    requires std::same_as<R, VarList<detail::ReadsTag>> && std::same_as<W, VarList<detail::WritesTag>>
-  [[nodiscard]] auto push(const R& reads, const W& writes, Rest&&... rest) {
-    return coro_push(*this, reads, writes, std::forward<Rest>(rest)...);  // found in <ordo/coro.hpp>
-  }
-  template <class... Rest>
-  [[nodiscard]] auto wait_for(Var var, Rest&&... rest) {
-    return coro_wait_for(*this, var, std::forward<Rest>(rest)...);  // found in <ordo/coro.hpp>
-  }
+  [[nodiscard]] LeaseAwaitable push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes,
+                                    Context ctx = Context::cpu(), OpAttrs attrs = {},
+                                    const std::stop_token& stop = {});
+  [[nodiscard]] LeaseAwaitable push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes,
+                                    const std::stop_token& stop);
+  template <detail::coro_fn F>
+  [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
+                          Context ctx = Context::cpu(), OpAttrs attrs = {}, const std::stop_token& stop = {});
+  template <detail::coro_fn F>
+  [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
+                          const std::stop_token& stop);
+  [[nodiscard]] OpAwaitable<void> wait_for(Var var, const std::stop_token& stop = {});
 
   /// Deletes an operator: pushes already made still run, later pushes throw
   /// Errc::deleted_operator; the record is freed when the last push finishes.
@@ -236,8 +254,8 @@ class Engine {
   /// variable's error, if any, and clears it from the variable.
   void wait_for_var(Var var);
 
-  /// Blocks until no op is in flight. Rethrows the first error that no wait
-  /// has rethrown yet and clears every variable's error; further unrethrown
+  /// Blocks until no op is in flight. Rethrows the first error no waiter has
+  /// observed yet and clears every variable's error; further unobserved
   /// errors are rethrown by the following calls, one each. With a FenceGate
   /// installed (the gpu layer), also waits for the work behind the fences
   /// (kernels enqueued by GPU ops) and, when it has no op error to rethrow,
@@ -249,7 +267,7 @@ class Engine {
 
   /// Ops pushed and not yet finished.
   [[nodiscard]] std::size_t in_flight() const noexcept;
-  /// Errors stored and not yet rethrown by a wait.
+  /// Errors stored and not yet observed by any waiter.
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;
   [[nodiscard]] EngineKind kind() const noexcept { return options().kind; }

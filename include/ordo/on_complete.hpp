@@ -8,6 +8,8 @@ namespace ordo {
 
 namespace detail {
 struct OpRecord;
+struct ErrorRecord;
+class ErrorRef;
 }
 
 /// Completes an async op. Call it exactly once, from any thread, when the
@@ -37,9 +39,10 @@ class OnComplete {
 
  private:
   friend struct detail::OpRecord;
-  friend class OnCompleteAccess;
+  friend class detail::ErrorRef;
   OnComplete(detail::OpRecord* op, std::uint64_t gen, const char* name) noexcept : op_(op), gen_(gen), name_(name) {}
-  void finish(std::exception_ptr error) const;
+  /// `kept`: if not null, receives a reference to the error stored (detail::ErrorRef::fail).
+  void finish(std::exception_ptr error, detail::ErrorRecord** kept = nullptr) const;
 
   detail::OpRecord* op_ = nullptr;
   std::uint64_t gen_ = 0;

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ordo/detail/coro_runtime.hpp"
+#include "ordo/detail/error_ref.hpp"
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
 
@@ -93,7 +94,16 @@ class PromiseBase : public FrameAllocated {
 
   void unhandled_exception() noexcept {
     error_ = std::current_exception();
-    fail_parked(error_);
+    // The leases fail with the exception this task hands its awaiter: the
+    // error they leave on the variables reaches a waiter through the task,
+    // so it is observed (docs/guide.md, "Errors and exceptions").
+    for (const OnComplete& d : parked_) {
+      try {
+        ErrorRef::fail(d, error_).observe();
+      } catch (...) {  // a misused OnComplete: nothing sensible left to do
+      }
+    }
+    parked_.clear();
   }
 
   /// Every co_await in a Task goes through here: leases parked since the last

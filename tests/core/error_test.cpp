@@ -262,6 +262,28 @@ TEST(ErrorsMisc, UnobservedErrorsAreReportedAtDestruction) {
   EXPECT_EQ(std::count_if(reports.begin(), reports.end(), [](const ErrorReport& r) { return r.message == "during shutdown"; }), 10);
 }
 
+// The rule of docs/guide.md ("Errors and exceptions") for the engine's own
+// waits: an error wait_for_var rethrew is not rethrown by wait_for_all nor
+// reported at destruction; one rethrown by wait_for_all reaches no later
+// wait_for_all; one no wait got is reported once.
+TEST(ErrorsMisc, EachErrorReachesOneWaitOrTheReport) {
+  std::vector<ErrorReport> reports;
+  {
+    Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2,
+                          .on_unobserved_error = [&](const ErrorReport& r) { reports.push_back(r); }});
+    Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
+    engine.push_sync([] { throw Boom("waited for"); }, Context::cpu(), {}, {a}, {.name = "waited"});
+    EXPECT_THROW(engine.wait_for_var(a), Boom);
+    EXPECT_NO_THROW(engine.wait_for_all());
+    engine.push_sync([] { throw Boom("no outputs"); }, Context::cpu(), {b}, {}, {.name = "no-outputs"});
+    EXPECT_THROW(engine.wait_for_all(), Boom);
+    EXPECT_NO_THROW(engine.wait_for_all());
+    engine.push_sync([] { throw Boom("never waited for"); }, Context::cpu(), {}, {c}, {.name = "lonely"});
+  }
+  ASSERT_EQ(reports.size(), 1U);
+  EXPECT_EQ(reports[0].op_name, "lonely");
+}
+
 TEST(ErrorsMisc, AbandonedAsyncOpsAreReportedNotHung) {
   std::vector<ErrorReport> reports;
   OnComplete never;

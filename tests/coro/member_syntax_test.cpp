@@ -1,5 +1,8 @@
 // The member spelling of the coroutine forms: co_await engine.push(...) and
 // co_await engine.wait_for(var), with registration at the call.
+#include <algorithm>
+#include <exception>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,58 @@ TEST(MemberSyntax, RegisteredAtTheCallNotAtTheAwait) {
   run_bounded(task());
   engine.wait_for_all();
   EXPECT_EQ(order, (std::vector<std::string>{"A", "B"}));
+}
+
+// Regression (issue 31, item 10): the member form took what follows the
+// lists as a forwarding pack, so an OpAttrs written as a braced list
+// (`{.name = "x"}`) did not compile there, while the free form took it.
+// Every argument list of the free form, spelled both ways; the ops' names are
+// checked where the engine shows them: the report of an error no wait got,
+// and the wait_inside_op error of a blocking wait inside the op.
+TEST(MemberSyntax, TakesTheFreeFormsArgumentsAndNamesItsOps) {
+  std::vector<std::string> reported;
+  {
+    Engine engine(Options{.kind = EngineKind::per_device,
+                          .cpu_workers = 2,
+                          .on_unobserved_error = [&](const ErrorReport& r) { reported.push_back(r.op_name); }});
+    Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
+    std::stop_source stop;  // never stopped: the overloads taking a token
+    auto running_op = [&engine] {  // what a blocking wait inside an op says about the op
+      try {
+        engine.wait_for_all();
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    auto task = [&]() -> Task<void> {
+      // Access form: leases failed on purpose and never waited for, so the
+      // engine reports their errors, by op name, at destruction.
+      Lease la = co_await engine.push(ordo::reads(), ordo::writes(a), Context::cpu(), {.name = "member-lease"});
+      la.fail(std::make_exception_ptr(Boom("member")));
+      Lease lb = co_await ordo::push(engine, ordo::reads(), ordo::writes(b), Context::cpu(), {.name = "free-lease"});
+      lb.fail(std::make_exception_ptr(Boom("free")));
+      { Lease l = co_await engine.push(ordo::reads(), ordo::writes(c)); }
+      { Lease l = co_await engine.push(ordo::reads(), ordo::writes(c), Context::cpu()); }
+      { Lease l = co_await engine.push(ordo::reads(), ordo::writes(c), stop.get_token()); }
+      { Lease l = co_await engine.push(ordo::reads(), ordo::writes(c), Context::cpu(), {.name = "l"}, stop.get_token()); }
+      // Function form.
+      const std::string member = co_await engine.push(ordo::reads(c), ordo::writes(), running_op, Context::cpu(),
+                                                      {.name = "member-fn"});
+      EXPECT_NE(member.find("op 'member-fn'"), std::string::npos) << member;
+      const std::string free = co_await ordo::push(engine, ordo::reads(c), ordo::writes(), running_op, Context::cpu(),
+                                                   {.name = "free-fn"});
+      EXPECT_NE(free.find("op 'free-fn'"), std::string::npos) << free;
+      co_await engine.push(ordo::reads(c), ordo::writes(), [] {}, stop.get_token());
+      co_await engine.push(ordo::reads(c), ordo::writes(), [] {}, Context::cpu(), {.name = "f"}, stop.get_token());
+      // wait_for.
+      co_await engine.wait_for(c);
+      co_await engine.wait_for(c, stop.get_token());
+    };
+    run_bounded(task());
+  }
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<std::string>{"free-lease", "member-lease"}));
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 #include <variant>
 
 #include "coro_test_util.hpp"
@@ -241,6 +244,23 @@ TEST(WhenAll, VectorsOfTasks) {
     co_return sum;
   };
   EXPECT_EQ(run_bounded(t()), 499L * 500 / 2);
+}
+
+// Regression (issue 31, item 11): when_all of a vector of Task<void> yielded
+// void where docs/coroutines.md says a vector; it yields one std::monostate
+// per task, as the tuple form does for each Task<void>.
+TEST(WhenAll, VectorOfVoidTasksYieldsAVectorOfMonostate) {
+  static_assert(std::is_same_v<decltype(when_all(std::declval<std::vector<Task<void>>>())),
+                               Task<std::vector<std::monostate>>>);
+  static_assert(std::is_same_v<decltype(when_all(std::declval<std::vector<Task<int>>>())), Task<std::vector<int>>>);
+  auto t = []() -> Task<std::size_t> {
+    std::vector<Task<void>> voids;
+    for (int i = 0; i < 7; ++i) voids.push_back(nothing());
+    const std::vector<std::monostate> done = co_await when_all(std::move(voids));
+    const std::vector<std::monostate> none = co_await when_all(std::vector<Task<void>>{});
+    co_return done.size() * 10 + none.size();
+  };
+  EXPECT_EQ(run_bounded(t()), 70U);
 }
 
 TEST(WhenAll, ChildrenFinishingOnManyThreadsAtOnce) {

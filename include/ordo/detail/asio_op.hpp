@@ -26,6 +26,7 @@
 #include "ordo/context.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/detail/asio_inline.hpp"
+#include "ordo/detail/error_ref.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
@@ -89,6 +90,7 @@ struct StateBase {
   std::atomic<bool> started{false};
   const char* name = nullptr;
   std::exception_ptr error;         ///< outcome: fn's exception, the skip reason, or operation_aborted
+  detail::ErrorRef error_ref;       ///< with `error`, when the engine stored it: observed by invoke()
   std::optional<storage_t> result;  ///< outcome on success (bool for void)
   /// Written by attach() before it publishes kAttached (release); read by the
   /// publisher after it sees kAttached (acquire).
@@ -158,7 +160,8 @@ struct StateBase {
   /// shutdown: its body was destroyed without being called.
   void skipped(std::shared_ptr<StateBase> self) noexcept {
     if (!claim()) return;
-    error = Engine::skip_reason();
+    error_ref = detail::ErrorRef::skipping();
+    error = error_ref.exception();
     if (!error) {
       try {
         error = std::make_exception_ptr(SkippedError(
@@ -175,6 +178,7 @@ struct StateBase {
   /// Calls the handler with the outcome (on the handler's executor).
   template <class Handler>
   void invoke(Handler& h) {
+    error_ref.observe();  // handed to the handler: the engine's waits pass over it
     if constexpr (std::is_void_v<R>) {
       std::move(h)(error);
     } else if (error) {
@@ -232,7 +236,8 @@ struct Body {
     if (s->timed) record_cost<F>(std::chrono::steady_clock::now() - t0);
     try {
       if (s->error) {
-        done(s->error);  // stored on the variables the op mutates, as for push_sync
+        // Stored on the variables the op mutates, as for push_sync.
+        s->error_ref = detail::ErrorRef::fail(done, s->error);
       } else {
         done();
       }

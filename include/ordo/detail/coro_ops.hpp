@@ -16,6 +16,7 @@
 
 #include "ordo/context.hpp"
 #include "ordo/detail/coro_runtime.hpp"
+#include "ordo/detail/error_ref.hpp"
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
 
@@ -68,6 +69,9 @@ struct OpState {
   void (*destroy)(OpState*) noexcept = nullptr;
   const char* name = nullptr;
   std::exception_ptr error;  ///< outcome: fn's exception, SkippedError or CancelledError
+  /// With `error`, when the engine stored it (fn's exception, a skip's
+  /// reason): observed when the coroutine gets it (consume).
+  ErrorRef error_ref;
   RunContext rc{};
   OnComplete done{};  ///< access form: completes the op
   bool cancellable = false;  ///< set before the push; read by the body
@@ -222,7 +226,7 @@ struct FnBody {
     }
     try {
       if (fs->error) {
-        done(fs->error);
+        fs->error_ref = ErrorRef::fail(done, fs->error);
       } else {
         done();
       }
@@ -284,7 +288,10 @@ class OpAwaitBase {
     if (consumed_) throw Error(Errc::invalid_argument, "an ordo::push awaitable was awaited twice");
     consumed_ = true;
     st_->on_stop.reset();  // the outcome is known: a later stop has no effect
-    if (st_->error) std::rethrow_exception(st_->error);
+    if (st_->error) {
+      st_->error_ref.observe();  // handed to the coroutine: the engine's waits pass over it
+      std::rethrow_exception(st_->error);
+    }
     return *st_;
   }
   /// Drops the awaitable; returns true if the outcome is ready and unconsumed

@@ -131,10 +131,7 @@ Task<std::tuple<when_all_result_t<Ts>...>> when_all_impl(std::index_sequence<I..
 }
 
 template <class T>
-using when_all_vector_t = std::conditional_t<std::is_void_v<T>, void, std::vector<T>>;
-
-template <class T>
-Task<when_all_vector_t<T>> when_all_vector(std::vector<Task<T>> tasks) {
+Task<std::vector<when_all_result_t<T>>> when_all_vector(std::vector<Task<T>> tasks) {
   std::vector<std::optional<when_all_result_t<T>>> results(tasks.size());
   std::vector<std::exception_ptr> errors(tasks.size());
   std::vector<WhenAllChild> children;
@@ -146,14 +143,10 @@ Task<when_all_vector_t<T>> when_all_vector(std::vector<Task<T>> tasks) {
   for (const auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-  if constexpr (std::is_void_v<T>) {
-    co_return;
-  } else {
-    std::vector<T> out;
-    out.reserve(results.size());
-    for (auto& r : results) out.push_back(std::move(*r));
-    co_return out;
-  }
+  std::vector<when_all_result_t<T>> out;
+  out.reserve(results.size());
+  for (auto& r : results) out.push_back(std::move(*r));
+  co_return out;
 }
 
 }  // namespace detail
@@ -173,10 +166,12 @@ template <class... Ts>
   return detail::when_all_impl(std::index_sequence_for<Ts...>{}, std::move(tasks)...);
 }
 
-/// The same for a run-time number of tasks of one type: yields their results
-/// in order (Task<void> for tasks of void).
+/// The same for a run-time number of tasks of one type: yields a vector of
+/// their results, in order. As in the tuple, a Task<void> gives
+/// std::monostate: a vector of n of them for n tasks of void, so generic
+/// code sees one shape whatever T is.
 template <class T>
-[[nodiscard]] Task<detail::when_all_vector_t<T>> when_all(std::vector<Task<T>> tasks) {
+[[nodiscard]] Task<std::vector<when_all_result_t<T>>> when_all(std::vector<Task<T>> tasks) {
   return detail::when_all_vector<T>(std::move(tasks));
 }
 
