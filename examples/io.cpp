@@ -50,8 +50,8 @@ ordo::Task<void> stats(ordo::io::Reactor& io, std::string path, std::uint64_t ex
   co_await io.close(fd);
   try {
     (void)co_await io.stat(path + ".missing");
-  } catch (const ordo::io::IoError& e) {  // "ordo::io statx: No such file or directory"
-    assert(e.code() == std::errc::no_such_file_or_directory);
+  } catch (const ordo::io::IoError& e) {  // "ordo::io statx '<path>.missing': No such file or directory"
+    assert(e.code() == std::errc::no_such_file_or_directory && e.path() == path + ".missing");
   }
   // [end]
   assert((st.stx_mask & STATX_SIZE) && st.stx_size == expected && S_ISREG(st.stx_mode));

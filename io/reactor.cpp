@@ -60,9 +60,16 @@ class IoCategory final : public std::error_category {
 };
 
 // std::system_error appends ": " + ec.message() to this prefix, so what()
-// reads "ordo::io read: Bad file descriptor" (the message is not repeated).
-std::string describe(std::error_code ec, const char* op, std::size_t transferred) {
+// reads "ordo::io read: Bad file descriptor" (the message is not repeated),
+// or "ordo::io open '/tmp/x': No such file or directory" for a request given
+// a path: an errno alone does not say which file was missing.
+std::string describe(std::error_code ec, const char* op, std::size_t transferred, std::string_view path) {
   std::string s = std::string("ordo::io ") + op;
+  if (!path.empty()) {
+    s += " '";
+    s += path;
+    s += '\'';
+  }
   if (ec == errc::short_transfer) s += " after " + std::to_string(transferred) + " bytes";
   return s;
 }
@@ -73,13 +80,21 @@ const std::error_category& io_category() noexcept {
   return category;
 }
 
-IoError::IoError(std::error_code ec, const char* op, std::size_t transferred)
-    : std::system_error(ec, describe(ec, op, transferred)), op_(op), transferred_(transferred) {}
+IoError::IoError(std::error_code ec, const char* op, std::size_t transferred, std::string_view path)
+    : std::system_error(ec, describe(ec, op, transferred, path)),
+      op_(op),
+      transferred_(transferred),
+      path_(path.empty() ? nullptr : std::make_shared<const std::string>(path)) {}
+
+const std::string& IoError::path() const noexcept {
+  static const std::string none;
+  return path_ ? *path_ : none;
+}
 
 const char* Result::op() const noexcept { return detail::op_name(code_); }
 
 void Result::rethrow_if_error() const {
-  if (ec_) throw IoError(ec_, op(), transferred_);
+  if (ec_) throw IoError(ec_, op(), transferred_, path_);
 }
 
 std::size_t Result::value() const {
@@ -95,7 +110,7 @@ const struct statx& Result::stat() const {
 
 std::exception_ptr Result::exception() const {
   if (!ec_) return nullptr;
-  return std::make_exception_ptr(IoError(ec_, op(), transferred_));
+  return std::make_exception_ptr(IoError(ec_, op(), transferred_, path_));
 }
 
 namespace detail {
@@ -261,7 +276,7 @@ void IoOpBase::on_done(Request* r) noexcept {
 
 std::int64_t IoOpBase::outcome() {
   on_stop_.reset();
-  if (ec_) throw IoError(ec_, op_name(req_.code), transferred_);
+  if (ec_) throw IoError(ec_, op_name(req_.code), transferred_, req_.path);
   return value_;
 }
 
@@ -442,7 +457,8 @@ void Reactor::post_callback(Pooled* p) noexcept {
     std::error_code ec;
     std::int64_t value = 0;
     detail::settle(&p->req, p->exact, ec, value);
-    const Result result(value, p->req.code, ec, p->exact.moved, p->req.code == detail::OpCode::statx ? &p->stx : nullptr);
+    const Result result(value, p->req.code, ec, p->exact.moved, p->req.code == detail::OpCode::statx ? &p->stx : nullptr,
+                        p->req.path);
     p->cb(result);
   };
   try {
@@ -470,7 +486,7 @@ void Reactor::pooled_done(detail::Request* r) noexcept {
   std::exception_ptr error;
   if (ec) {
     try {
-      error = std::make_exception_ptr(IoError(ec, detail::op_name(r->code), p->exact.moved));
+      error = std::make_exception_ptr(IoError(ec, detail::op_name(r->code), p->exact.moved, r->path));
     } catch (...) {
       error = std::current_exception();
     }

@@ -84,8 +84,16 @@
 // started has no effect: the operation completes normally. The grant and the
 // signal race on one atomic flag; exactly one wins.
 //
-// The engine must outlive every operation started on it, and every
-// executor with pending handlers must outlive them.
+// LIFETIME. The engine must outlive every operation started on it. The
+// io_context need not outlive the engine: if it is destroyed (declared after
+// the engine, say) while operations still hold handlers for it, its
+// destructor destroys those handlers without calling them, as Asio does
+// with the handlers of its own pending operations, and reports the ops by
+// name on stderr; the ops still run, and nothing touches the io_context
+// afterwards. The same holds for any executor that names an
+// asio::execution_context (strands, any_io_executor, thread_pool).
+// Declare the io_context before the engine, whose destructor drains the ops,
+// to have every handler run. Details: detail/asio_pending.hpp.
 #pragma once
 
 #include <asio/async_result.hpp>

@@ -32,6 +32,7 @@
 #include <span>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -52,25 +53,32 @@ enum class errc {
 [[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), io_category()}; }
 
 /// A failed request: the errno (std::generic_category(), e.g. ENOENT, EBADF,
-/// ECANCELED, ETIMEDOUT) or an io errc; names the operation and, for exact
-/// transfers that fell short, how many bytes did move.
+/// ECANCELED, ETIMEDOUT) or an io errc; names the operation, the path of
+/// requests given one (open, stat) and, for exact transfers that fell short,
+/// how many bytes did move. what() reads
+/// "ordo::io open '/tmp/x/missing.txt': No such file or directory".
 class IoError : public std::system_error {
  public:
-  IoError(std::error_code ec, const char* op, std::size_t transferred = 0);
+  IoError(std::error_code ec, const char* op, std::size_t transferred = 0, std::string_view path = {});
   [[nodiscard]] const char* op() const noexcept { return op_; }
   [[nodiscard]] std::size_t transferred() const noexcept { return transferred_; }
+  /// The path the request was given (open, stat); empty for the others.
+  [[nodiscard]] const std::string& path() const noexcept;
 
  private:
   const char* op_;
   std::size_t transferred_;
+  // Shared, not a string member: copying an exception must not throw.
+  std::shared_ptr<const std::string> path_;
 };
 
 /// What a request produced, handed to then() callbacks.
 class Result {
  public:
+  /// `path`: the request's path (open, stat), valid during the callback.
   Result(std::int64_t res, detail::OpCode code, std::error_code ec, std::size_t transferred,
-         const struct statx* stx) noexcept
-      : res_(res), code_(code), ec_(ec), transferred_(transferred), stx_(stx) {}
+         const struct statx* stx, std::string_view path = {}) noexcept
+      : res_(res), code_(code), ec_(ec), transferred_(transferred), stx_(stx), path_(path) {}
   [[nodiscard]] bool ok() const noexcept { return !ec_; }
   [[nodiscard]] std::error_code error() const noexcept { return ec_; }
   /// Bytes transferred, the new fd (open/accept) or 0; throws IoError on failure.
@@ -88,6 +96,7 @@ class Result {
   std::error_code ec_;
   std::size_t transferred_;
   const struct statx* stx_;
+  std::string_view path_;
 };
 
 class Reactor;

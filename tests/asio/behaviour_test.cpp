@@ -269,7 +269,7 @@ TEST(AsioErrors, MisuseThrowsFromTheInitiatingFunction) {
 }
 
 TEST(AsioWaitFor, CompletesOnlyAfterEarlierWrites) {
-  IoThread io;  // before the engine (docs/asio.md, "Caveats")
+  IoThread io;  // before the engine, so every handler runs (docs/asio.md, "Lifetime")
   ordo::Engine engine(test_options());
   ordo::Var v = engine.new_variable();
   Gate gate;
@@ -289,7 +289,7 @@ TEST(AsioWaitFor, CompletesOnlyAfterEarlierWrites) {
 // Many threads push and cancel at once (for ThreadSanitizer): the grant and
 // the cancellation race on one flag; every handler runs exactly once.
 TEST(AsioStress, ConcurrentPushesAndCancellations) {
-  IoThread a, b;  // before the engine (docs/asio.md, "Caveats")
+  IoThread a, b;  // before the engine, so every handler runs (docs/asio.md, "Lifetime")
   ordo::Engine engine(test_options(2));
   std::vector<ordo::Var> vars;
   for (int i = 0; i < 4; ++i) vars.push_back(engine.new_variable());

@@ -201,7 +201,7 @@ TEST(AsioInline, DroppedOperationGivesItsTurnBack) {
 }
 
 TEST(AsioInline, NoInlineRunOnAThreadThatIsNotRunningTheIoContext) {
-  IoThread t;  // before the engine (docs/asio.md, "Caveats")
+  IoThread t;  // before the engine, so every handler runs (docs/asio.md, "Lifetime")
   ordo::Engine engine(test_options());
   ordo::Var v = engine.new_variable();
   const auto me = std::this_thread::get_id();

@@ -174,6 +174,68 @@ TEST_P(Io, ErrorsAreTypedAndNameTheOperation) {
   }
 }
 
+// Issue 31: an open of a missing file said only "No such file or directory",
+// not which file. Errors of requests given a path name it, in what() and
+// path(), by every way of starting the request, and keep the errno.
+TEST_P(Io, ErrorsOfPathRequestsNameThePath) {
+  TempDir dir;
+  const std::string missing = dir.file("missing.txt");
+  const std::string quoted = "'" + missing + "'";
+  auto expect_enoent_naming_path = [&](const IoError& e, const char* op) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory) << e.what();
+    EXPECT_EQ(e.code(), std::error_code(ENOENT, std::generic_category()));
+    EXPECT_STREQ(e.op(), op);
+    EXPECT_EQ(e.path(), missing);
+    EXPECT_EQ(std::string(e.what()), std::string("ordo::io ") + op + " " + quoted + ": " + std::strerror(ENOENT));
+  };
+  // co_await
+  try {
+    sync_wait([&]() -> Task<int> { co_return co_await io.open(missing, O_RDONLY); }());
+    ADD_FAILURE() << "opened a missing file";
+  } catch (const IoError& e) {
+    expect_enoent_naming_path(e, "open");
+  }
+  try {
+    sync_wait([&]() -> Task<struct statx> { co_return co_await io.stat(missing); }());
+    ADD_FAILURE() << "stat of a missing file succeeded";
+  } catch (const IoError& e) {
+    expect_enoent_naming_path(e, "statx");
+  }
+  // A callback: Result::error() keeps the code, rethrow_if_error() names the path.
+  std::promise<std::error_code> code;
+  std::promise<std::exception_ptr> thrown;
+  io.open(missing, O_RDONLY).then([&](const Result& r) {
+    code.set_value(r.error());
+    thrown.set_value(r.exception());
+  });
+  EXPECT_EQ(code.get_future().get(), std::errc::no_such_file_or_directory);
+  try {
+    std::rethrow_exception(thrown.get_future().get());
+  } catch (const IoError& e) {
+    expect_enoent_naming_path(e, "open");
+  }
+  // An OnComplete: the error the op stores on its variable.
+  Var v = engine.new_variable();
+  engine.push_async([&](RunContext, OnComplete done) { (void)io.open(missing, O_RDONLY).then(done); }, Context::cpu(),
+                    {}, {v}, {.prop = FnProperty::async});
+  try {
+    engine.wait_for_var(v);
+    ADD_FAILURE() << "the op did not fail";
+  } catch (const IoError& e) {
+    expect_enoent_naming_path(e, "open");
+  }
+  // Requests given no path say nothing of one.
+  try {
+    sync_wait([&]() -> Task<struct statx> { co_return co_await io.fstat(-1); }());
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::bad_file_descriptor);
+    EXPECT_TRUE(e.path().empty());
+    EXPECT_STREQ(e.what(), "ordo::io statx: Bad file descriptor");
+  }
+  engine.wait_for_all();
+}
+
 // Regression: the thread backend passed the request's default fd (-1) as
 // openat's dirfd, so a relative path failed with EBADF there (io_uring used
 // AT_FDCWD). Both now resolve it against the working directory.

@@ -18,6 +18,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -26,6 +27,7 @@
 #include "ordo/context.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/detail/asio_inline.hpp"
+#include "ordo/detail/asio_pending.hpp"
 #include "ordo/detail/error_ref.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error.hpp"
@@ -56,11 +58,16 @@ struct StateBase;
 /// executor busy while the operation is pending. Allocated with the
 /// handler's associated allocator; post() hands the handler to its executor
 /// and frees this object before the handler runs (Asio's rule: memory an
-/// operation allocated for a handler is released before the upcall).
+/// operation allocated for a handler is released before the upcall);
+/// discard() frees it without calling the handler. Registered with its
+/// executor's context (asio_pending.hpp) while pending, when that names one.
 template <class R>
-struct Completion {
+struct Completion : PendingLink {
   virtual void post(std::shared_ptr<StateBase<R>> st) noexcept = 0;
-  virtual void discard() noexcept = 0;
+
+  /// The state's pointer to this completion (StateBase::completion).
+  Completion** owner = nullptr;
+  void orphan() noexcept override { *owner = nullptr; }
 
  protected:
   ~Completion() = default;
@@ -93,8 +100,12 @@ struct StateBase {
   detail::ErrorRef error_ref;       ///< with `error`, when the engine stored it: observed by invoke()
   std::optional<storage_t> result;  ///< outcome on success (bool for void)
   /// Written by attach() before it publishes kAttached (release); read by the
-  /// publisher after it sees kAttached (acquire).
+  /// publisher after it sees kAttached (acquire). With a registry, only under
+  /// its mutex: the context's shutdown clears it when it destroys the handler.
   Completion<R>* completion = nullptr;
+  /// The registry of the handler's execution context, or null (untracked).
+  /// Written by attach() before it publishes kAttached; read after.
+  std::shared_ptr<PendingRegistry> registry;
 
   // The inline path (asio_inline.hpp). `timed` and `adaptive` are set by
   // push() before it pushes; `ran_inline` is set by the launcher inside that
@@ -124,8 +135,15 @@ struct StateBase {
   virtual ~StateBase() {
     release_turn();
     // Attached but never published: cannot happen while the engine keeps its
-    // promise to run or destroy every body; release the handler anyway.
-    if (phase.load(std::memory_order_acquire) == kAttached && completion != nullptr) completion->discard();
+    // promise to run or destroy every body; release the handler anyway (under
+    // the registry's mutex: its context cannot shut down meanwhile).
+    if (phase.load(std::memory_order_acquire) != kAttached) return;
+    if (registry) {
+      const std::lock_guard<std::recursive_mutex> lock(registry->mutex);
+      if (Completion<R>* c = take_completion()) c->discard();
+    } else if (completion != nullptr) {
+      completion->discard();
+    }
   }
 
   /// True if the caller decides the outcome.
@@ -133,19 +151,56 @@ struct StateBase {
 
   /// Outcome written: hand it to the handler if one is attached.
   void publish(std::shared_ptr<StateBase> self) noexcept {
-    if (phase.exchange(kReady, std::memory_order_acq_rel) == kAttached) {
-      completion->post(std::move(self));
+    if (phase.exchange(kReady, std::memory_order_acq_rel) == kAttached) post_completion(std::move(self));
+  }
+
+  /// Called by the initiation with the handler's completion and the registry
+  /// of its executor's context (null: untracked).
+  void attach(Completion<R>* c, std::shared_ptr<PendingRegistry> reg, std::shared_ptr<StateBase> self) noexcept {
+    if (reg) {
+      const std::lock_guard<std::recursive_mutex> lock(reg->mutex);
+      if (!reg->add(c)) {
+        // The context is being destroyed (a handler destroyed by its
+        // shutdown started this operation): drop the handler now, while the
+        // context is still there. The outcome, when published, goes nowhere.
+        const char* op = c->name;
+        c->discard();
+        PendingRegistry::report_refused(op);
+        return;
+      }
+      completion = c;
+      c->owner = &completion;
+      registry = std::move(reg);
+    } else {
+      completion = c;
+    }
+    int expected = kPending;
+    if (!phase.compare_exchange_strong(expected, kAttached, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      post_completion(std::move(self));  // ready already: complete now (posted, never inline)
     }
   }
 
-  /// Called by the initiation with the handler's completion.
-  void attach(Completion<R>* c, std::shared_ptr<StateBase> self) noexcept {
-    completion = c;
-    int expected = kPending;
-    if (!phase.compare_exchange_strong(expected, kAttached, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      completion = nullptr;
-      c->post(std::move(self));  // ready already: complete now (posted, never inline)
+  /// Posts the attached handler, if its context has not dropped it.
+  void post_completion(std::shared_ptr<StateBase> self) noexcept {
+    if (!registry) {
+      Completion<R>* c = std::exchange(completion, nullptr);
+      c->post(std::move(self));
+      return;
     }
+    // Posting touches the context: under the mutex it cannot shut down
+    // meanwhile. A local reference: the state may go with the posted upcall.
+    const std::shared_ptr<PendingRegistry> reg = registry;
+    const std::lock_guard<std::recursive_mutex> lock(reg->mutex);
+    if (Completion<R>* c = take_completion()) c->post(std::move(self));
+    // else the context shut down first and destroyed the handler (and said so)
+  }
+
+  /// The registered completion, unregistered, or null if the context's
+  /// shutdown took it. Caller holds the registry's mutex.
+  Completion<R>* take_completion() noexcept {
+    Completion<R>* c = std::exchange(completion, nullptr);
+    if (c != nullptr) registry->remove(c);
+    return c;
   }
 
   /// Cancellation requested through the handler's slot (runs on the thread
@@ -335,7 +390,7 @@ class HandlerCompletion final : public Completion<R> {
     ::asio::post(Work<executor_type>::executor(work),
                  ::asio::bind_allocator(alloc, Upcall<R, Handler>{std::move(h), std::move(st)}));
   }
-  void discard() noexcept override { destroy(); }
+  void discard() noexcept override { destroy(); }  // the context is alive: see PendingLink
 
  private:
   void destroy() noexcept {
@@ -376,6 +431,10 @@ struct Initiation {
       ::asio::post(ex, ::asio::bind_allocator(alloc, Upcall<R, H>{std::move(h), st}));
       return;
     }
+    // Where the handler is registered until it is posted (see
+    // asio_pending.hpp): its context's destructor destroys it if the op has
+    // not completed by then.
+    std::shared_ptr<PendingRegistry> reg = pending_registry_of(ex);
     auto slot = ::asio::get_associated_cancellation_slot(h);
     if (slot.is_connected()) slot.template emplace<CancelHandler<R>>(CancelHandler<R>{st});
     HandlerCompletion<R, H>* c = nullptr;
@@ -385,7 +444,8 @@ struct Initiation {
       if (slot.is_connected()) slot.clear();
       throw;
     }
-    st->attach(c, st);
+    c->name = st->name;
+    st->attach(c, std::move(reg), st);
   }
 };
 
