@@ -8,6 +8,7 @@
 
 #include <array>
 #include <optional>
+#include <stop_token>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -19,6 +20,11 @@ namespace {
 
 using namespace ordo_asio_test;
 using asio::experimental::deferred;
+
+/// push_signature_t<F> names a signature: for a non-callable F (a
+/// std::stop_token) that is a substitution failure, not a hard error.
+template <class F>
+concept has_push_signature = requires { typename ordo::asio::push_signature_t<F>; };
 
 TEST(AsioTokens, CallbackGetsResultOnItsExecutor) {
   ordo::Engine engine(test_options());
@@ -41,6 +47,12 @@ TEST(AsioTokens, CallbackGetsResultOnItsExecutor) {
 TEST(AsioTokens, VoidFunctionHasExceptionPtrOnlySignature) {
   static_assert(std::is_same_v<ordo::asio::push_signature_t<void (*)()>, void(std::exception_ptr)>);
   static_assert(std::is_same_v<ordo::asio::push_signature_t<int (*)()>, void(std::exception_ptr, int)>);
+  static_assert(std::is_same_v<ordo::asio::push_signature_t<int (*)(const ordo::RunContext&)>,
+                               void(std::exception_ptr, int)>);
+  // Regression: FnBody::call's deduced return type made this a hard error
+  // (g++ and clang 14), as coro.hpp's fn_result_t was before bbe4dea.
+  static_assert(!has_push_signature<std::stop_token>);
+  static_assert(has_push_signature<int (*)()>);
   ordo::Engine engine(test_options());
   ordo::Var v = engine.new_variable();
   asio::io_context io;

@@ -10,10 +10,18 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <stop_token>
 
 namespace {
 
 using asio::ip::tcp;
+
+// Built with clang++ too (consumer_clang): push_signature_t of a non-callable
+// is a substitution failure there as with g++, not a hard error.
+template <class F>
+concept has_push_signature = requires { typename ordo::asio::push_signature_t<F>; };
+static_assert(!has_push_signature<std::stop_token>);
+static_assert(has_push_signature<std::int64_t (*)()>);
 
 asio::awaitable<void> serve(tcp::acceptor& acceptor, ordo::Engine& engine, ordo::Var total_var,
                             std::int64_t& total, int requests) {

@@ -35,9 +35,13 @@
 
 namespace ordo::asio_detail {
 
-/// What a function of type F (called as F(RunContext) or F()) returns.
+/// What a function of type F (called as F(RunContext) or F()) returns: the
+/// coroutine layer's detail::fn_result_t (named through invoke_result), so
+/// that a non-callable F (a std::stop_token, say) is a substitution failure
+/// for every compiler; FnBody::call's deduced return type made it a hard
+/// error (clang 14 and g++ alike) in push_signature_t.
 template <class F>
-using fn_result_t = std::remove_cvref_t<decltype(detail::FnBody<F, void>::call(std::declval<F&>(), RunContext{}))>;
+using fn_result_t = detail::fn_result_t<F>;
 
 /// The completion signature of an operation whose fn returns R.
 template <class R>
