@@ -27,8 +27,8 @@ inline const bool kHasPrefetchW = [] {
 /// Used on records that another core wrote last and this one is about to
 /// write (a variable's, before its lock; an op record, before a push fills
 /// it): the misses then overlap instead of coming one locked exchange after
-/// another, and the line arrives exclusive, not shared and then upgraded. A hint only: no effect
-/// on correctness.
+/// another, and the line arrives exclusive, not shared and then upgraded. A
+/// hint only: no effect on correctness.
 inline void prefetch_for_write(const void* p) noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   // GCC emits PREFETCHW for __builtin_prefetch only with -mprfchw.
