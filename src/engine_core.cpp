@@ -495,11 +495,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
   if (!ready.empty() || !ts.inline_ops.empty()) [[unlikely]] {
     const Call call(this);
-    for (OpRecord* r = ready.head; r != nullptr;) {
-      OpRecord* next = r->next;
-      dispatch(r, Origin::completion);
-      r = next;
-    }
+    dispatch_ready(ready);
     drain_inline(ts);
   }
   ts.depth = 0;
@@ -721,14 +717,23 @@ Placement EngineCore::place(const OpRecord* op, Origin origin) const {
   return {Place::queue, pool};
 }
 
-void EngineCore::dispatch(OpRecord* op, Origin origin) {
+void EngineCore::dispatch(OpRecord* op, Origin origin, QueueBatch* batch) {
   if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
     if (fence_hold(gate, op)) return;
   }
-  run_at(op, place(op, origin));
+  run_at(op, place(op, origin), batch);
 }
 
-void EngineCore::run_at(OpRecord* op, const Placement& at) {
+void EngineCore::dispatch_ready(const ReadyList& ready) {
+  QueueBatch batch;  // flushed when this returns
+  for (OpRecord* r = ready.head; r != nullptr;) {
+    OpRecord* next = r->next;
+    dispatch(r, Origin::completion, &batch);
+    r = next;
+  }
+}
+
+void EngineCore::run_at(OpRecord* op, const Placement& at, QueueBatch* batch) {
   ThreadState& ts = t_state;
   switch (at.where) {
     case Place::now:
@@ -753,7 +758,11 @@ void EngineCore::run_at(OpRecord* op, const Placement& at) {
       ts.launching = false;
       return;
     case Place::queue:
-      at.pool->enqueue(op);
+      if (batch != nullptr) {
+        batch->add(at.pool, op);
+      } else {
+        at.pool->enqueue(op);
+      }
       return;
   }
 }
@@ -955,11 +964,7 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   }
   release(skip_error);
 
-  for (OpRecord* r = ready.head; r != nullptr;) {
-    OpRecord* next = r->next;
-    dispatch(r, Origin::completion);
-    r = next;
-  }
+  dispatch_ready(ready);
   if (counted) op_finished();
 }
 

@@ -41,6 +41,30 @@ struct Placement {
   WorkerPool* pool = nullptr;
 };
 
+/// Ops for one pool, queued together when flushed (WorkerPool::enqueue_list):
+/// the ops one completion makes ready reach the queue under one lock, with
+/// one wake-up. An op for another pool flushes the ops gathered so far.
+class QueueBatch {
+ public:
+  QueueBatch() = default;
+  QueueBatch(const QueueBatch&) = delete;
+  QueueBatch& operator=(const QueueBatch&) = delete;
+  ~QueueBatch() { flush(); }
+  void add(WorkerPool* pool, OpRecord* op) {
+    if (pool != pool_) flush();
+    pool_ = pool;
+    ops_.push(op);
+  }
+  void flush() {
+    if (!ops_.empty()) pool_->enqueue_list(ops_.head);
+    ops_ = OpList{};
+  }
+
+ private:
+  WorkerPool* pool_ = nullptr;
+  OpList ops_;
+};
+
 /// What made an op ready: its push (every access granted at once), or the
 /// completion of another op (or a fence's release).
 enum class Origin : std::uint8_t { push, completion };
@@ -132,10 +156,14 @@ class EngineCore {
   // Running and completing.
   /// Where `op`, ready now on this thread, runs: the one placement decision.
   [[nodiscard]] Placement place(const OpRecord* op, Origin origin) const;
-  /// Runs or queues a ready op where place() says (a fence gate may hold it first).
-  void dispatch(OpRecord* op, Origin origin);
+  /// Runs or queues a ready op where place() says (a fence gate may hold it
+  /// first). With `batch`, an op to queue joins it (QueueBatch).
+  void dispatch(OpRecord* op, Origin origin, QueueBatch* batch = nullptr);
+  /// Dispatches the ops a completion made ready, in order; those queued to
+  /// one pool reach it together (QueueBatch).
+  void dispatch_ready(const ReadyList& ready);
   /// Runs or queues `op` as placed.
-  void run_at(OpRecord* op, const Placement& at);
+  void run_at(OpRecord* op, const Placement& at, QueueBatch* batch = nullptr);
   /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.

@@ -128,8 +128,7 @@ bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
   return a->seq > b->seq;
 }
 
-void WorkerPool::enqueue(OpRecord* op) {
-  lock_.lock();
+inline void WorkerPool::push_locked(OpRecord* op) {
   if (order_ == Order::fifo) {
     while (queued_locked() == fifo_.size()) [[unlikely]] grow_fifo();
     fifo_[(fifo_head_ + queued_locked()) & (fifo_.size() - 1)] = op;
@@ -140,6 +139,11 @@ void WorkerPool::enqueue(OpRecord* op) {
   }
   // Only the lock's holder writes size_: a load and a store, no locked add.
   size_.store(size_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void WorkerPool::enqueue(OpRecord* op) {
+  lock_.lock();
+  push_locked(op);
   // Read the worker counts inside the critical section. A worker changes them
   // (seq_cst) before its last try_pop(), which takes this lock: if that
   // try_pop runs after this section it finds the op; if before, its change
@@ -148,6 +152,19 @@ void WorkerPool::enqueue(OpRecord* op) {
   // makes no syscall per op, and no fence is needed. A spinner that takes an
   // op stops spinning inside its try_pop()'s section (see spin()), so the
   // count read here is never one that has already left with its op.
+  const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
+  lock_.unlock();
+  if (wake) wake_one();
+}
+
+void WorkerPool::enqueue_list(OpRecord* head) {
+  lock_.lock();
+  for (OpRecord* op = head; op != nullptr;) {
+    OpRecord* next = op->next;  // read first: a worker may take `op` once the lock is released
+    push_locked(op);
+    op = next;
+  }
+  // As in enqueue(), read under the lock.
   const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
   lock_.unlock();
   if (wake) wake_one();

@@ -136,6 +136,10 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void enqueue(OpRecord* op);
+  /// Queues the ops linked from `head` through OpRecord::next, in that
+  /// order, under one lock, and wakes at most one sleeper, as enqueue() does
+  /// for one op (the worker that takes some wakes another if more are left).
+  void enqueue_list(OpRecord* head);
   /// Called once the engine is drained: workers exit when the queue is empty.
   void stop_and_join();
   [[nodiscard]] std::int64_t queued() const noexcept { return size_.load(std::memory_order_relaxed); }
@@ -217,6 +221,8 @@ class WorkerPool {
     return static_cast<std::size_t>(size_.load(std::memory_order_relaxed));
   }
   void grow_fifo() noexcept;
+  /// Adds `op` to the queue; lock_ held.
+  void push_locked(OpRecord* op);
   /// Ops queued; written under lock_, read without it as a hint by spinning workers.
   std::atomic<std::int64_t> size_{0};
   /// Workers about to sleep or asleep. seq_cst with the enqueuer's fence: see enqueue().

@@ -197,6 +197,48 @@ TEST(OrderingPolicy, FifoHoldsWhileTheQueueWrapsAndGrows) {
   }
 }
 
+TEST(OrderingPolicy, ReadersReleasedTogetherRunByPriority) {
+  // One completion makes every reader ready at once; they reach the
+  // priority queue together (QueueBatch) and still run highest first.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .cpu_priority_workers = 1});
+  const Var v = engine.new_variable();
+  Gate gate;
+  Counter started;
+  engine.push_sync([&] { started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {v},
+                   {.prop = FnProperty::cpu_prioritized});
+  ASSERT_TRUE(started.wait_for(1));
+  Log log;
+  const std::vector<int> priorities = {2, 7, 0, 7, 4, 1};
+  for (std::size_t i = 0; i < priorities.size(); ++i) {
+    const int id = static_cast<int>(i);
+    engine.push_sync([&log, id] { log.add(id); }, Context::cpu(), {v}, {},
+                     {.prop = FnProperty::cpu_prioritized, .priority = priorities[i]});
+  }
+  gate.open();
+  engine.wait_for_all();
+  EXPECT_EQ(log.events(), (std::vector<int>{1, 3, 4, 0, 5, 2}));
+}
+
+TEST(OrderingPolicy, ReadersReleasedTogetherRunInPushOrderWhileTheQueueGrows) {
+  // A writer held by a gate, then more readers than the ring's 4096 slots:
+  // its completion queues them all at once, growing the ring on the way
+  // (WorkerPool::enqueue_list); one worker runs them in push order.
+  Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1, .max_in_flight = 0});
+  const Var v = engine.new_variable();
+  Gate gate;
+  Counter started;
+  engine.push_sync([&] { started.arrive(); ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {v});
+  ASSERT_TRUE(started.wait_for(1));
+  constexpr int kReaders = 10000;
+  std::vector<int> order;  // written by the single worker only
+  order.reserve(kReaders);
+  for (int i = 0; i < kReaders; ++i) engine.push_sync([&order, i] { order.push_back(i); }, Context::cpu(), {v}, {});
+  gate.open();
+  engine.wait_for_all();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kReaders));
+  for (int i = 0; i < kReaders; ++i) ASSERT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
 TEST(OrderingPolicy, ConcurrentPushersGrowTheQueueWithoutLosingOrder) {
   // Four threads queue ready ops behind one gated worker at once, so the
   // ring grows (8x) while others queue: each op runs exactly once, and each
