@@ -54,13 +54,7 @@ Runtime::~Runtime() {
     // out of memory for the events: destroy_stream below still waits
   }
   for (std::exception_ptr e = m.take_error(); e; e = m.take_error()) {
-    ErrorReport r{"ordo::gpu device work", "unknown exception"};
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      r.message = x.what();
-    } catch (...) {
-    }
+    const ErrorReport r = ErrorReport::from("ordo::gpu device work", e);
     try {
       if (const auto& report = engine_.options().on_unobserved_error) {
         report(r);

@@ -1,6 +1,8 @@
 // src/engine_core.cpp - dependency tracking, dispatch and completion.
 #include "engine_core.hpp"
 
+#include "ordo/error_code.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -125,7 +127,7 @@ bool EngineCore::shutdown() noexcept {
   {
     std::lock_guard lock(error_mutex_);
     for (ErrorRecord* e : errors_) {
-      if (!e->observed.load(std::memory_order_acquire)) reports.push_back({e->op_name, describe(e->exception)});
+      if (!e->observed.load(std::memory_order_acquire)) reports.push_back(ErrorReport::from(e->op_name, e->exception));
     }
   }
   if (abandoned) {
@@ -134,10 +136,13 @@ bool EngineCore::shutdown() noexcept {
     const std::string why = "engine destroyed with " + std::to_string(stuck) +
                             " op(s) in flight: still holding its variables after shutdown_timeout; abandoned";
     const PendingOps pending = pending_ops();
-    for (const std::string& name : pending.holder_names) reports.push_back({name, why});
+    const std::error_code code = make_error_code(Errc::shutdown_abandoned);
+    for (const std::string& name : pending.holder_names) reports.push_back({name, why, code});
     if (pending.holder_names.empty()) {
-      reports.push_back({"", "engine destroyed with " + std::to_string(stuck) +
-                                 " op(s) still waiting for async completions after shutdown_timeout; abandoned"});
+      reports.push_back({"",
+                         "engine destroyed with " + std::to_string(stuck) +
+                             " op(s) still waiting for async completions after shutdown_timeout; abandoned",
+                         code});
     }
   }
   for (const auto& r : reports) {

@@ -6,11 +6,30 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "ordo/detail/env.hpp"
+#include "ordo/error_code.hpp"
 #include "ordo/options.hpp"
 
 namespace ordo {
+
+ErrorReport ErrorReport::from(std::string op_name, const std::exception_ptr& error) {
+  ErrorReport r{std::move(op_name), "unknown exception", {}};
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    r.message = e.what();
+    r.code = error_code_of(e);
+  } catch (const std::system_error& e) {
+    r.message = e.what();
+    r.code = e.code();
+  } catch (const std::exception& e) {
+    r.message = e.what();
+  } catch (...) {
+  }
+  return r;
+}
 
 std::string_view to_string(EngineKind k) noexcept {
   switch (k) {

@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace ordo {
 
@@ -30,6 +32,14 @@ enum class EngineKind {
 struct ErrorReport {
   std::string op_name{};   ///< name of the op that failed ("" if unnamed)
   std::string message{};   ///< what() of the exception, or a description
+  /// Errc::shutdown_abandoned (category "ordo", <ordo/error_code.hpp>) for
+  /// ops abandoned at shutdown; the code of an ordo::Error an op threw, or
+  /// of a std::system_error; empty (0) for any other exception.
+  std::error_code code{};
+
+  /// The report of `error`, thrown by op `op_name`: its what() ("unknown
+  /// exception" if it is no std::exception) and its code as above.
+  [[nodiscard]] static ErrorReport from(std::string op_name, const std::exception_ptr& error);
 };
 
 /// The profiler (ordo/profiler.hpp, docs/profiler.md). Off by default.

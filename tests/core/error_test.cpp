@@ -6,8 +6,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
+#include "ordo/error_code.hpp"
 #include "test_util.hpp"
 
 namespace ordo::test {
@@ -260,6 +262,29 @@ TEST(ErrorsMisc, UnobservedErrorsAreReportedAtDestruction) {
   ASSERT_NE(lonely, reports.end());
   EXPECT_EQ(lonely->message, "never waited for");
   EXPECT_EQ(std::count_if(reports.begin(), reports.end(), [](const ErrorReport& r) { return r.message == "during shutdown"; }), 10);
+  EXPECT_FALSE(lonely->code) << "an exception with no code reports none";
+}
+
+TEST(ErrorsMisc, ReportsCarryTheCodeOfWhatTheOpThrew) {
+  std::vector<ErrorReport> reports;
+  {
+    Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 2,
+                          .on_unobserved_error = [&](const ErrorReport& r) { reports.push_back(r); }});
+    engine.push_sync([] { throw Error(Errc::invalid_argument, "bad input"); }, Context::cpu(), {}, {}, {.name = "ordo"});
+    engine.push_sync([] { throw std::system_error(std::make_error_code(std::errc::no_such_file_or_directory), "open"); },
+                     Context::cpu(), {}, {}, {.name = "system"});
+    engine.push_sync([] { throw 42; }, Context::cpu(), {}, {}, {.name = "int"});
+  }
+  ASSERT_EQ(reports.size(), 3U);
+  auto named = [&](const std::string& name) {
+    const auto it = std::find_if(reports.begin(), reports.end(), [&](const ErrorReport& r) { return r.op_name == name; });
+    return it == reports.end() ? ErrorReport{"missing", "missing", {}} : *it;
+  };
+  EXPECT_EQ(named("ordo").code, Errc::invalid_argument);
+  EXPECT_EQ(named("ordo").message, "bad input");
+  EXPECT_EQ(named("system").code, std::errc::no_such_file_or_directory);
+  EXPECT_FALSE(named("int").code);
+  EXPECT_EQ(named("int").message, "unknown exception");
 }
 
 // The rule of docs/guide.md ("Errors and exceptions") for the engine's own
@@ -297,6 +322,7 @@ TEST(ErrorsMisc, AbandonedAsyncOpsAreReportedNotHung) {
   }
   ASSERT_EQ(reports.size(), 1U);
   EXPECT_NE(reports[0].message.find("abandoned"), std::string::npos) << reports[0].message;
+  EXPECT_EQ(reports[0].code, Errc::shutdown_abandoned);
   // A late completion is harmless.
   EXPECT_NO_THROW(never());
 }
