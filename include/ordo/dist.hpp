@@ -201,8 +201,8 @@ class TrackedBody {
 ///   that does costs only its books there: a few table updates);
 /// - a registered value lives at its address for the Dist's lifetime; on
 ///   the owner it holds the value, elsewhere the cached copy;
-/// - wait_for_var, wait_for_all, barrier and the destructor are collective:
-///   every rank calls them, in the same order.
+/// - wait_for_all, barrier, allreduce_sum and the destructor are
+///   collective: every rank calls them, in the same order.
 ///
 /// @par Thread safety
 /// register_*, push, the waits and the destructor: one thread at a time (the
@@ -257,12 +257,12 @@ class Dist {
     end_push(plan);
   }
 
-  /// Collective. Waits until every op pushed so far on `v` has finished on
-  /// this rank, including the transfers that bring a remote write back to
-  /// the owner, and rethrows the error this rank's copy carries (on the
-  /// owner: the error of the last write, wherever it ran). Unlike
-  /// wait_for_all there is no barrier: a rank that holds no part of `v`'s
-  /// history returns at once.
+  /// Waits until every op pushed so far on `v` has finished on this rank,
+  /// including the transfers that bring a remote write back to the owner,
+  /// and rethrows (and clears) the error this rank's copy carries: on the
+  /// owner, the error of the last write, wherever it ran. Not collective,
+  /// no barrier: a rank that holds no part of `v`'s history returns at
+  /// once, and its copy may be stale (only the owner's is current).
   void wait_for_var(DistVar v);
   /// Collective. Engine::wait_for_all on this rank, then a barrier, so
   /// every rank's pushes so far have finished everywhere when any returns.

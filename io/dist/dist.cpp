@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "ordo/detail/extension.hpp"
 #include "ordo/dist.hpp"
 #include "progress.hpp"
 
@@ -342,12 +343,25 @@ class RecvBody {
 void DistImpl::transfer(Entry& e, int src, int dst) {
   const std::uint64_t seq = e.seq++;
   ++transfers_;
+  // The receive op and a flat buffer's send op run no user code and never
+  // block (they pack or register, and hand over to the progress thread):
+  // launchers, as ordo::io's, so they start where they become ready (on the
+  // pusher, the worker that released them or the progress thread) instead
+  // of queueing behind compute ops for a worker. A codec's save is user
+  // code: that send op goes to a worker like any op.
+  constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode;
   if (rank_ == src) {
-    engine_.push_sync(SendBody(this, &e, dst, e.version, seq), Context::cpu(), {e.local}, {},
-                      {.name = "ordo::dist send"});
+    if (e.has_codec) {
+      engine_.push_sync(SendBody(this, &e, dst, e.version, seq), Context::cpu(), {e.local}, {},
+                        {.name = "ordo::dist send"});
+    } else {
+      ordo::detail::EngineExtension::push(engine_, SendBody(this, &e, dst, e.version, seq), Context::cpu(),
+                                          {e.local}, {}, {.prop = FnProperty::async, .name = "ordo::dist send"},
+                                          kLauncher);
+    }
   } else if (rank_ == dst) {
-    engine_.push_async(RecvBody(this, &e, src, seq), Context::cpu(), {}, {e.local},
-                       {.prop = FnProperty::async, .name = "ordo::dist receive"});
+    ordo::detail::EngineExtension::push(engine_, RecvBody(this, &e, src, seq), Context::cpu(), {}, {e.local},
+                                        {.prop = FnProperty::async, .name = "ordo::dist receive"}, kLauncher);
   }
 }
 
