@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -293,6 +294,17 @@ void Progress::deliver(const Envelope& h, std::vector<std::byte> message, const 
   done();
 }
 
+namespace {
+// The progress loop's pace: polls in a row (each with a yield) before it
+// naps; the first nap while a transfer is expected, doubling to the
+// longest; the nap when nothing is expected (a message may still come
+// before its receive op starts). docs/dist.md has the measurements.
+constexpr unsigned kHotPolls = 50;
+constexpr std::chrono::microseconds kFirstNap{5};
+constexpr std::chrono::microseconds kMaxNap{100};
+constexpr std::chrono::microseconds kIdleNap{200};
+}  // namespace
+
 void Progress::loop() {
   const CompletionThread completion_scope;
   std::vector<Command> batch;
@@ -301,10 +313,16 @@ void Progress::loop() {
     bool shutting_down = false;
     {
       std::unique_lock lock(mu_);
-      if (commands_.empty() && idle > 2000 && wants_.empty() && requests_.empty() && !shutdown_requested_) {
-        // Nothing expected: sleep until a command comes, waking now and then
-        // for messages that arrive before their receive op starts.
-        cv_.wait_for(lock, std::chrono::microseconds(200));
+      if (commands_.empty() && idle > kHotPolls && !shutdown_requested_) {
+        // Nothing came for a while. A message only moves when this thread
+        // polls, but polling flat out steals the CPU from the workers of
+        // this rank and of its neighbours on the same cores (it halved the
+        // distributed W5's speed at 2 ranks on 2 CPUs: docs/dist.md), so
+        // nap, longer the longer nothing comes; a command wakes it at once.
+        const bool expecting = !wants_.empty() || !requests_.empty();
+        const auto nap = expecting ? std::min(kMaxNap, kFirstNap * (1u << std::min(idle - kHotPolls, 8u)))
+                                   : kIdleNap;
+        cv_.wait_for(lock, nap);
       }
       if (abandon_) break;
       batch.swap(commands_);
