@@ -26,6 +26,7 @@ struct Args {
   double calibrate_us = 0;   // > 0: print the spin for this many us per tile and exit
   bool local = false;        // ordo only: one process, no ordo::dist (the single-process baseline)
   bool no_cache = false;     // ordo only
+  std::size_t books = 0;     // ordo only, > 0: time this many pushes on a rank that takes no part (2+ ranks)
 };
 
 inline Args parse(int argc, char** argv) {
@@ -41,6 +42,7 @@ inline Args parse(int argc, char** argv) {
     else if (k == "--calibrate-us") a.calibrate_us = std::atof(val());
     else if (k == "--local") a.local = true;
     else if (k == "--no-cache") a.no_cache = true;
+    else if (k == "--books") a.books = std::strtoull(val(), nullptr, 10);
   }
   return a;
 }

@@ -15,6 +15,29 @@ using namespace ordo_bench::dist;
 
 namespace {
 
+/// The books' cost on a rank that takes no part: every variable lives on
+/// rank 1 and every op runs there; rank 0 times its push loop, in which it
+/// only keeps the books (the submission cost that every rank pays for every
+/// push of the job, docs/dist.md's scaling section).
+int run_books(ordo::dist::Dist& dist, std::size_t pushes) {
+  constexpr std::size_t kVars = 4096;
+  std::vector<std::uint64_t> slot(kVars, 0);
+  std::vector<ordo::dist::DistVar> v;
+  for (std::size_t k = 0; k < kVars; ++k) v.push_back(dist.register_value(slot[k], 1));
+  dist.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < pushes; ++i) {
+    const ordo::dist::DistVar reads[2] = {v[(i * 7 + 1) % kVars], v[(i * 13 + 2) % kVars]};
+    dist.push([&slot, i] { slot[i % kVars] += 1; }, std::span<const ordo::dist::DistVar>(reads, 2), v[i % kVars]);
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  dist.wait_for_all();
+  if (dist.rank() == 0) {
+    std::printf("BOOKS ranks=%d ns_per_push_uninvolved=%.1f (2 reads + 1 write)\n", dist.size(), ns / double(pushes));
+  }
+  return 0;
+}
+
 int run_local(const Args& a) {
   ordo::Options o;
   o.cpu_workers = static_cast<unsigned>(a.workers);
@@ -64,6 +87,7 @@ int main(int argc, char** argv) {
   o.cpu_workers = static_cast<unsigned>(a.workers);
   ordo::Engine engine(o);
   ordo::dist::Dist dist(engine, {.cache = !a.no_cache});
+  if (a.books > 0) return run_books(dist, a.books);
   const std::size_t n = a.tiles, b = a.cell;
   std::vector<std::vector<double>> g(n * n, std::vector<double>(b * b, 0.0));
   std::vector<ordo::dist::DistVar> v;
