@@ -15,7 +15,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 # clang: the consumer test (tests/consumer) also builds against the install with clang++.
-packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev)
+# Open MPI: ordo::dist and its tests (run under mpirun, 2 and 4 ranks).
+packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev
+          libopenmpi-dev openmpi-bin)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
 # fio for bench/io/) and valgrind for the instruction counts. Builds and tests

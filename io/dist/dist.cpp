@@ -1,0 +1,492 @@
+// io/dist/dist.cpp - ordo::dist: the books every rank keeps, and the
+// transfer ops it pushes (ordo/dist.hpp, docs/dist.md).
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "ordo/detail/extension.hpp"
+#include "ordo/dist.hpp"
+#include "progress.hpp"
+
+namespace ordo::dist {
+
+// ---------------------------------------------------------------- Mpi
+
+namespace {
+void init_mpi(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0) return;
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    throw Error(Errc::invalid_argument, "ordo::dist::Mpi: MPI_Init_thread failed");
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    throw Error(Errc::invalid_argument,
+                "ordo::dist::Mpi: this MPI gives no MPI_THREAD_SERIALIZED (the progress thread is not the main thread)");
+  }
+}
+}  // namespace
+
+Mpi::Mpi(int& argc, char**& argv) { init_mpi(&argc, &argv); }
+Mpi::Mpi() { init_mpi(nullptr, nullptr); }
+Mpi::~Mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized == 0) MPI_Finalize();
+}
+int Mpi::world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int Mpi::world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// ---------------------------------------------------------------- the books
+
+namespace detail {
+
+/// One registered variable, as every rank's books see it. Written only by
+/// the pushing thread (one at a time: the Dist's contract), except
+/// `data`/`size`/`codec`, fixed at registration and read by ops.
+struct Entry {
+  std::uint64_t id = 0;
+  int owner = 0;
+  Var local;
+  void* data = nullptr;
+  std::size_t size = 0;
+  Codec codec;  // used when `has_codec`
+  bool has_codec = false;
+  std::uint64_t version = 0;  // writes pushed on it
+  std::uint64_t seq = 0;      // transfers pushed of it
+  /// Ranks holding its current version (the owner always does: a remote
+  /// write goes back to it). One bit per rank.
+  std::vector<std::uint64_t> valid;
+
+  [[nodiscard]] bool holds(int r) const noexcept { return (valid[std::size_t(r) / 64] >> (r % 64)) & 1u; }
+  void add(int r) noexcept { valid[std::size_t(r) / 64] |= std::uint64_t{1} << (r % 64); }
+  void only(int r) noexcept {
+    std::fill(valid.begin(), valid.end(), 0);
+    add(r);
+  }
+};
+
+class DistImpl {
+ public:
+  DistImpl(Engine& engine, Options options) : engine_(engine), opts_(options) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized == 0) {
+      throw Error(Errc::invalid_argument, "ordo::dist::Dist: MPI is not initialised (construct an ordo::dist::Mpi first)");
+    }
+    int level = 0;
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_SERIALIZED) {
+      throw Error(Errc::invalid_argument,
+                  "ordo::dist::Dist: MPI was initialised below MPI_THREAD_SERIALIZED; the progress thread needs it");
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    // Errors come back to Progress::check, which says which call failed and
+    // then ends the job; the program's own communicators keep their handler.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    pending_.impl = this;
+    progress_ = std::make_unique<Progress>(comm_, engine_, rank_);
+  }
+
+  ~DistImpl() {
+    // Drain this rank's ops (transfers included), then the collective end.
+    const auto timeout = opts_.shutdown_timeout;
+    bool ok = true;
+    {
+      std::unique_lock lock(mu_);
+      auto drained = [&] { return ops_ == 0; };
+      if (timeout.count() == 0) {
+        cv_.wait(lock, drained);
+      } else {
+        ok = cv_.wait_for(lock, timeout, drained);
+      }
+    }
+    if (ok) ok = progress_->shutdown(timeout);
+    if (!ok) {
+      std::fprintf(stderr,
+                   "ordo::dist: rank %d: shutdown: transfers still outstanding after %lld ms (a peer died, or the "
+                   "ranks' programs diverged); ending the job with MPI_Abort\n",
+                   rank_, static_cast<long long>(timeout.count()));
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (progress_->leftovers() != 0) {
+      std::fprintf(stderr, "ordo::dist: rank %d: %zu transfers never matched at shutdown (programs diverged?)\n", rank_,
+                   progress_->leftovers());
+    }
+    progress_.reset();
+    MPI_Comm_free(&comm_);
+    for (Entry& e : entries_) {
+      try {
+        engine_.delete_variable(e.local);
+      } catch (...) {
+        // The engine is being torn down around us: nothing to recycle.
+      }
+    }
+  }
+
+  DistVar add(void* data, std::size_t size, Codec* codec, int owner, std::uint64_t id) {
+    if (owner < 0 || owner >= size_) {
+      throw Error(Errc::invalid_argument, "ordo::dist: owner rank " + std::to_string(owner) + " is not in [0, " +
+                                              std::to_string(size_) + ")");
+    }
+    const auto index = static_cast<std::uint32_t>(entries_.size());
+    Entry& e = entries_.emplace_back();
+    e.id = id == Dist::kAutoId ? index : id;
+    e.owner = owner;
+    e.data = data;
+    e.size = size;
+    if (codec != nullptr) {
+      e.codec = std::move(*codec);
+      e.has_codec = true;
+    }
+    e.valid.assign((std::size_t(size_) + 63) / 64, 0);
+    e.add(owner);
+    e.local = engine_.new_variable();
+    return DistVar(index, e.id, owner, e.local);
+  }
+
+  Entry& entry(const DistVar& v) {
+    if (v.empty() || v.index_ >= entries_.size() || !(entries_[v.index_].local == v.local())) {
+      throw Error(Errc::invalid_argument, "ordo::dist: a DistVar that this Dist did not register");
+    }
+    return entries_[v.index_];
+  }
+
+  int executor(DistSpan reads, DistSpan writes, int rank) {
+    int exec = 0;
+    if (rank >= 0) {
+      exec = rank;
+    } else if (!writes.span().empty()) {
+      exec = entry(writes.span()[0]).owner;
+    } else if (!reads.span().empty()) {
+      exec = entry(reads.span()[0]).owner;
+    }
+    if (exec >= size_) {
+      throw Error(Errc::invalid_argument,
+                  "ordo::dist: rank " + std::to_string(exec) + " is not in [0, " + std::to_string(size_) + ")");
+    }
+    return exec;
+  }
+
+  /// Moves `e`'s current value from `src` to `dst`: a send op there, a
+  /// receive op here, or nothing on a third rank but the books.
+  void transfer(Entry& e, int src, int dst);
+
+  Engine& engine_;
+  Options opts_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::deque<Entry> entries_;  // a deque: ops keep pointers to entries while more are registered
+  std::unique_ptr<Progress> progress_;
+  PendingOps pending_{};
+  std::uint64_t ops_run_ = 0, cache_hits_ = 0, transfers_ = 0;  // the pushing thread's; stats() reads them racily-safe below
+  std::atomic<std::uint64_t> ops_run_pub_{0}, cache_hits_pub_{0}, transfers_pub_{0};
+
+  // Ops of this Dist the engine still holds. Guarded by mu_; cv_ tells the destructor.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t ops_ = 0;
+};
+
+void PendingOps::add() noexcept {
+  std::lock_guard lock(impl->mu_);
+  ++impl->ops_;
+}
+void PendingOps::done() noexcept {
+  std::lock_guard lock(impl->mu_);
+  if (--impl->ops_ == 0) impl->cv_.notify_all();
+}
+
+namespace {
+
+std::string describe(const std::exception_ptr& e, int rank, int& origin) {
+  origin = rank;
+  try {
+    std::rethrow_exception(e);
+  } catch (const RemoteError& r) {
+    origin = r.rank();
+    return r.what();
+  } catch (const std::exception& x) {
+    return "rank " + std::to_string(rank) + ": " + x.what();
+  } catch (...) {
+    return "rank " + std::to_string(rank) + ": an exception not derived from std::exception";
+  }
+}
+
+std::vector<std::byte> envelope(const Envelope& h, const void* payload, std::size_t size) {
+  std::vector<std::byte> m(sizeof h + size);
+  Envelope hh = h;
+  hh.size = size;
+  std::memcpy(m.data(), &hh, sizeof hh);
+  if (size != 0) std::memcpy(m.data() + sizeof hh, payload, size);
+  return m;
+}
+
+/// The owner's half of a transfer: reads the local variable, packs it and
+/// hands it to the progress thread (then it is done: the message is a copy).
+/// Skipped because the variable carries an error: sends the error instead,
+/// so the receiving rank's copy carries it too.
+class SendBody {
+ public:
+  SendBody(DistImpl* d, Entry* e, int dst, std::uint64_t version, std::uint64_t seq)
+      : d_(d), e_(e), dst_(dst), version_(version), seq_(seq) {
+    d_->pending_.add();
+  }
+  SendBody(SendBody&& o) noexcept
+      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), dst_(o.dst_), version_(o.version_), seq_(o.seq_), ran_(o.ran_) {}
+  SendBody& operator=(SendBody&&) = delete;
+  ~SendBody() {
+    if (d_ == nullptr) return;
+    if (!ran_) {
+      // Destroyed without running: skipped (skip_reason names why), or the push failed (nothing to send).
+      if (std::exception_ptr why = Engine::skip_reason()) send_error(why);
+    }
+    d_->pending_.done();
+  }
+  void operator()() {
+    ran_ = true;
+    Envelope h = header();
+    if (e_->has_codec) {
+      std::vector<std::byte> bytes;
+      try {
+        bytes = e_->codec.save();
+      } catch (...) {
+        send_error(std::current_exception());
+        throw;  // and this rank's wait_for_all sees it
+      }
+      d_->progress_->send(dst_, envelope(h, bytes.data(), bytes.size()));
+    } else {
+      d_->progress_->send(dst_, envelope(h, e_->data, e_->size));
+    }
+  }
+
+ private:
+  Envelope header() const {
+    Envelope h;
+    h.var_id = e_->id;
+    h.version = version_;
+    h.seq = seq_;
+    return h;
+  }
+  void send_error(const std::exception_ptr& why) {
+    Envelope h = header();
+    h.status = Envelope::kFailed;
+    const std::string text = describe(why, d_->rank_, h.origin);
+    d_->progress_->send(dst_, envelope(h, text.data(), text.size()));
+  }
+
+  DistImpl* d_;
+  Entry* e_;
+  int dst_;
+  std::uint64_t version_, seq_;
+  bool ran_ = false;
+};
+
+/// The receiving half: an async op holding the local variable for writing
+/// until the progress thread has landed the value (or an error) in it.
+/// Skipped (the copy already carries an error): its message is dropped.
+class RecvBody {
+ public:
+  RecvBody(DistImpl* d, Entry* e, int src, std::uint64_t seq) : d_(d), e_(e), src_(src), seq_(seq) {
+    d_->pending_.add();
+  }
+  RecvBody(RecvBody&& o) noexcept
+      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), src_(o.src_), seq_(o.seq_), ran_(o.ran_) {}
+  RecvBody& operator=(RecvBody&&) = delete;
+  ~RecvBody() {
+    if (d_ == nullptr) return;
+    if (!ran_ && Engine::skip_reason() != nullptr) d_->progress_->discard(key());
+    d_->pending_.done();
+  }
+  void operator()(const RunContext&, OnComplete done) {
+    ran_ = true;
+    Target t;
+    if (e_->has_codec) {
+      t.codec = &e_->codec;
+    } else {
+      t.data = e_->data;
+      t.size = e_->size;
+    }
+    d_->progress_->want(key(), t, std::move(done));
+  }
+
+ private:
+  [[nodiscard]] Key key() const noexcept { return Key{src_, e_->id, seq_}; }
+  DistImpl* d_;
+  Entry* e_;
+  int src_;
+  std::uint64_t seq_;
+  bool ran_ = false;
+};
+
+}  // namespace
+
+void DistImpl::transfer(Entry& e, int src, int dst) {
+  const std::uint64_t seq = e.seq++;
+  ++transfers_;
+  // The receive op and a flat buffer's send op run no user code and never
+  // block (they pack or register, and hand over to the progress thread):
+  // launchers, as ordo::io's, so they start where they become ready (on the
+  // pusher, the worker that released them or the progress thread) instead
+  // of queueing behind compute ops for a worker. A codec's save is user
+  // code: that send op goes to a worker like any op.
+  constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode;
+  if (rank_ == src) {
+    if (e.has_codec) {
+      engine_.push_sync(SendBody(this, &e, dst, e.version, seq), Context::cpu(), {e.local}, {},
+                        {.name = "ordo::dist send"});
+    } else {
+      ordo::detail::EngineExtension::push(engine_, SendBody(this, &e, dst, e.version, seq), Context::cpu(),
+                                          {e.local}, {}, {.prop = FnProperty::async, .name = "ordo::dist send"},
+                                          kLauncher);
+    }
+  } else if (rank_ == dst) {
+    ordo::detail::EngineExtension::push(engine_, RecvBody(this, &e, src, seq), Context::cpu(), {}, {e.local},
+                                        {.prop = FnProperty::async, .name = "ordo::dist receive"}, kLauncher);
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- Dist
+
+Dist::Dist(Engine& engine, Options options) : impl_(std::make_unique<detail::DistImpl>(engine, options)) {
+  pending_ = &impl_->pending_;
+}
+
+Dist::~Dist() = default;
+
+int Dist::rank() const noexcept { return impl_->rank_; }
+int Dist::size() const noexcept { return impl_->size_; }
+Engine& Dist::engine() const noexcept { return impl_->engine_; }
+
+DistVar Dist::register_bytes(void* data, std::size_t size, int owner, std::uint64_t id) {
+  return impl_->add(data, size, nullptr, owner, id);
+}
+
+DistVar Dist::register_codec(Codec codec, int owner, std::uint64_t id) {
+  if (!codec.save || !codec.load) throw Error(Errc::invalid_argument, "ordo::dist: a Codec needs save and load");
+  return impl_->add(nullptr, 0, &codec, owner, id);
+}
+
+int Dist::executor(DistSpan reads, DistSpan writes, int rank) const { return impl_->executor(reads, writes, rank); }
+
+Dist::Plan& Dist::begin_push(DistSpan reads, DistSpan writes, int rank) {
+  detail::DistImpl& d = *impl_;
+  Plan& p = plan_;
+  p.exec = d.executor(reads, writes, rank);
+  p.runs_here = p.exec == d.rank_;
+  p.reads.clear();
+  p.writes.clear();
+  p.written.clear();
+  // Validate every handle before the books change, so a bad push changes nothing.
+  for (const DistVar& v : reads.span()) (void)d.entry(v);
+  for (const DistVar& v : writes.span()) (void)d.entry(v);
+  // Every variable the op touches must be at the executing rank at its
+  // current version (a mutation may read the old value too).
+  std::vector<std::uint32_t>& seen = p.written;  // reused below for the writes
+  auto need = [&](const DistVar& v) {
+    for (std::uint32_t i : seen) {
+      if (i == v.index_) return;
+    }
+    seen.push_back(v.index_);
+    detail::Entry& e = d.entries_[v.index_];
+    if (e.owner == p.exec) return;
+    if (d.opts_.cache && e.holds(p.exec)) {
+      ++d.cache_hits_;
+      return;
+    }
+    d.transfer(e, e.owner, p.exec);
+    if (d.opts_.cache) e.add(p.exec);
+  };
+  for (const DistVar& v : writes.span()) need(v);
+  for (const DistVar& v : reads.span()) need(v);
+  seen.clear();
+  for (const DistVar& v : writes.span()) {
+    bool dup = false;
+    for (std::uint32_t i : p.written) dup |= i == v.index_;
+    if (!dup) p.written.push_back(v.index_);
+  }
+  if (p.runs_here) {
+    for (const DistVar& v : reads.span()) p.reads.push_back(v.local());
+    for (const DistVar& v : writes.span()) p.writes.push_back(v.local());
+    ++d.ops_run_;
+  }
+  return p;
+}
+
+void Dist::end_push(Plan& p) {
+  detail::DistImpl& d = *impl_;
+  for (std::uint32_t i : p.written) {
+    detail::Entry& e = d.entries_[i];
+    ++e.version;
+    e.only(p.exec);
+    if (e.owner != p.exec) {
+      d.transfer(e, p.exec, e.owner);  // the new value goes home
+      e.add(e.owner);
+    }
+  }
+  d.ops_run_pub_.store(d.ops_run_, std::memory_order_relaxed);
+  d.cache_hits_pub_.store(d.cache_hits_, std::memory_order_relaxed);
+  d.transfers_pub_.store(d.transfers_, std::memory_order_relaxed);
+}
+
+void Dist::wait_for_var(DistVar v) { impl_->engine_.wait_for_var(impl_->entry(v).local); }
+
+void Dist::wait_for_all() {
+  std::exception_ptr error;
+  try {
+    impl_->engine_.wait_for_all();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  barrier();  // even after a failure: the other ranks are waiting in theirs
+  if (error) std::rethrow_exception(error);
+}
+
+void Dist::barrier() {
+  impl_->progress_->collective([](MPI_Comm comm, MPI_Request* r) { MPI_Ibarrier(comm, r); });
+}
+
+void Dist::allreduce_sum(std::span<std::uint64_t> values) {
+  impl_->progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+    MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_SUM, comm, r);
+  });
+}
+
+Stats Dist::stats() const {
+  const detail::DistImpl& d = *impl_;
+  const detail::ProgressCounters& c = d.progress_->counters();
+  Stats s;
+  s.ops_run = d.ops_run_pub_.load(std::memory_order_relaxed);
+  s.cache_hits = d.cache_hits_pub_.load(std::memory_order_relaxed);
+  s.transfers = d.transfers_pub_.load(std::memory_order_relaxed);
+  s.messages_sent = c.messages_sent.load(std::memory_order_relaxed);
+  s.bytes_sent = c.bytes_sent.load(std::memory_order_relaxed);
+  s.messages_received = c.messages_received.load(std::memory_order_relaxed);
+  s.bytes_received = c.bytes_received.load(std::memory_order_relaxed);
+  s.early_messages = c.early_messages.load(std::memory_order_relaxed);
+  s.progress_cpu_seconds = d.progress_->cpu_seconds();
+  return s;
+}
+
+}  // namespace ordo::dist

@@ -1,0 +1,368 @@
+// io/dist/progress.cpp - the progress thread (see progress.hpp).
+#include "progress.hpp"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+
+namespace ordo::dist::detail {
+
+struct Progress::Command {
+  enum Kind { kSend, kWant, kDiscard, kCollective } kind = kSend;
+  int dest = 0;
+  std::vector<std::byte> message;
+  Key key;
+  Target target;
+  OnComplete done;
+  const std::function<void(MPI_Comm, MPI_Request*)>* start = nullptr;
+  bool* finished = nullptr;  // kCollective: set under mu_ when the request completes
+};
+
+struct Progress::Slot {
+  enum Kind { kSend, kRecv, kCollective } kind = kSend;
+  int source = 0;
+  std::vector<std::byte> buffer;  // kSend: kept until matched; kRecv: lands here
+  bool* finished = nullptr;       // kCollective
+};
+
+Progress::Progress(MPI_Comm comm, Engine& engine, int rank) : comm_(comm), engine_(engine), rank_(rank) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Progress::~Progress() {
+  {
+    std::lock_guard lock(mu_);
+    abandon_ = true;  // after shutdown() succeeded the thread has left already
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Progress::check(int rc, const char* call) const {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  std::fprintf(stderr,
+               "ordo::dist: rank %d: %s failed: %.*s (a peer may have died); ending the job with MPI_Abort\n",
+               rank_, call, len, text);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void Progress::send(int dest, std::vector<std::byte> message) {
+  {
+    std::lock_guard lock(mu_);
+    Command c;
+    c.kind = Command::kSend;
+    c.dest = dest;
+    c.message = std::move(message);
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+void Progress::want(const Key& key, Target target, OnComplete done) {
+  {
+    std::lock_guard lock(mu_);
+    Command c;
+    c.kind = Command::kWant;
+    c.key = key;
+    c.target = target;
+    c.done = done;
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+void Progress::discard(const Key& key) {
+  {
+    std::lock_guard lock(mu_);
+    Command c;
+    c.kind = Command::kDiscard;
+    c.key = key;
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+void Progress::collective(const std::function<void(MPI_Comm, MPI_Request*)>& start) {
+  bool finished = false;
+  std::unique_lock lock(mu_);
+  Command c;
+  c.kind = Command::kCollective;
+  c.start = &start;
+  c.finished = &finished;
+  commands_.push_back(std::move(c));
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return finished; });
+}
+
+bool Progress::shutdown(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_all();
+  if (timeout.count() == 0) {
+    cv_.wait(lock, [&] { return finished_; });
+    return true;
+  }
+  return cv_.wait_for(lock, timeout, [&] { return finished_; });
+}
+
+double Progress::cpu_seconds() const noexcept {
+  // The thread is joined only in the destructor, so its handle is valid here.
+  clockid_t clock{};
+  auto handle = const_cast<std::thread&>(thread_).native_handle();
+  if (pthread_getcpuclockid(handle, &clock) != 0) return 0;
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+void Progress::run_command(Command& c) {
+  switch (c.kind) {
+    case Command::kSend: {
+      Slot s;
+      s.kind = Slot::kSend;
+      s.buffer = std::move(c.message);
+      MPI_Request r = MPI_REQUEST_NULL;
+      // Synchronous mode: complete once the receiver has matched it, so that
+      // at shutdown "my sends are done" on every rank means "nothing is on
+      // the wire"; the send op itself finished when it handed the message here.
+      check(MPI_Issend(s.buffer.data(), static_cast<int>(s.buffer.size()), MPI_BYTE, c.dest, kDataTag, comm_, &r),
+            "MPI_Issend");
+      counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+      counters_.bytes_sent.fetch_add(s.buffer.size(), std::memory_order_relaxed);
+      ++sends_in_flight_;
+      requests_.push_back(r);
+      slots_.push_back(std::move(s));
+      break;
+    }
+    case Command::kWant: {
+      auto it = early_.find(c.key);
+      if (it != early_.end()) {
+        std::vector<std::byte> message = std::move(it->second);
+        early_.erase(it);
+        Envelope h;
+        std::memcpy(&h, message.data(), sizeof h);
+        deliver(h, std::move(message), c.target, c.done);
+      } else {
+        wants_.emplace(c.key, Wanted{c.target, c.done});
+      }
+      break;
+    }
+    case Command::kDiscard: {
+      if (early_.erase(c.key) == 0) discarded_.insert(c.key);
+      break;
+    }
+    case Command::kCollective: {
+      Slot s;
+      s.kind = Slot::kCollective;
+      s.finished = c.finished;
+      MPI_Request r = MPI_REQUEST_NULL;
+      (*c.start)(comm_, &r);
+      requests_.push_back(r);
+      slots_.push_back(std::move(s));
+      break;
+    }
+  }
+}
+
+void Progress::post_receives() {
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    check(MPI_Improbe(MPI_ANY_SOURCE, kDataTag, comm_, &flag, &msg, &st), "MPI_Improbe");
+    if (flag == 0) return;
+    int count = 0;
+    check(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
+    Slot s;
+    s.kind = Slot::kRecv;
+    s.source = st.MPI_SOURCE;
+    s.buffer.resize(static_cast<std::size_t>(count));
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Imrecv(s.buffer.data(), count, MPI_BYTE, &msg, &r), "MPI_Imrecv");
+    requests_.push_back(r);
+    slots_.push_back(std::move(s));
+  }
+}
+
+bool Progress::test_requests() {
+  if (requests_.empty()) return false;
+  std::vector<int> done(requests_.size());
+  int n = 0;
+  check(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &n, done.data(), MPI_STATUSES_IGNORE),
+        "MPI_Testsome");
+  if (n <= 0) return false;  // MPI_UNDEFINED (none active) or nothing finished
+  for (int k = 0; k < n; ++k) {
+    Slot& s = slots_[static_cast<std::size_t>(done[static_cast<std::size_t>(k)])];
+    switch (s.kind) {
+      case Slot::kSend:
+        --sends_in_flight_;
+        s.buffer = {};
+        break;
+      case Slot::kRecv:
+        arrived(s.source, std::move(s.buffer));
+        break;
+      case Slot::kCollective:
+        if (s.finished != nullptr) {  // null: the shutdown barrier
+          std::lock_guard lock(mu_);
+          *s.finished = true;
+          cv_.notify_all();
+        }
+        break;
+    }
+  }
+  // Completed requests are MPI_REQUEST_NULL now: compact both arrays.
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    if (out != i) {
+      requests_[out] = requests_[i];
+      slots_[out] = std::move(slots_[i]);
+    }
+    ++out;
+  }
+  requests_.resize(out);
+  slots_.resize(out);
+  return true;
+}
+
+void Progress::arrived(int source, std::vector<std::byte> message) {
+  counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_received.fetch_add(message.size(), std::memory_order_relaxed);
+  Envelope h;
+  if (message.size() < sizeof h) {
+    std::fprintf(stderr, "ordo::dist: rank %d: a %zu-byte message from rank %d is shorter than an envelope; dropped\n",
+                 rank_, message.size(), source);
+    return;
+  }
+  std::memcpy(&h, message.data(), sizeof h);
+  const Key key{source, h.var_id, h.seq};
+  if (discarded_.erase(key) != 0) return;
+  auto it = wants_.find(key);
+  if (it == wants_.end()) {
+    counters_.early_messages.fetch_add(1, std::memory_order_relaxed);
+    early_.emplace(key, std::move(message));
+    return;
+  }
+  Wanted w = std::move(it->second);
+  wants_.erase(it);
+  deliver(h, std::move(message), w.target, w.done);
+}
+
+void Progress::deliver(const Envelope& h, std::vector<std::byte> message, const Target& target,
+                       const OnComplete& done) {
+  const std::byte* payload = message.data() + sizeof(Envelope);
+  const std::size_t size = message.size() - sizeof(Envelope);
+  if (h.status != Envelope::kOk) {
+    done(std::make_exception_ptr(
+        RemoteError(h.origin, std::string(reinterpret_cast<const char*>(payload), size))));
+    return;
+  }
+  if (target.codec != nullptr) {
+    // The user's load is user code: it runs on a worker, which then completes the receive.
+    const Codec* codec = target.codec;
+    engine_.post([codec, message = std::move(message), done] {
+      try {
+        codec->load(std::span(message.data() + sizeof(Envelope), message.size() - sizeof(Envelope)));
+      } catch (...) {
+        done(std::current_exception());
+        return;
+      }
+      done();
+    });
+    return;
+  }
+  if (size != target.size) {
+    done(std::make_exception_ptr(Error(Errc::invalid_argument,
+                                       "ordo::dist: variable " + std::to_string(h.var_id) + " arrived with " +
+                                           std::to_string(size) + " bytes where " + std::to_string(target.size) +
+                                           " were registered (registrations differ between ranks)")));
+    return;
+  }
+  // A flat buffer: a copy, bookkeeping-sized; the receive op holds the
+  // variable for writing, and done() publishes the bytes to its dependants.
+  if (size != 0) std::memcpy(target.data, payload, size);
+  done();
+}
+
+namespace {
+// The progress loop's pace: polls in a row (each with a yield) before it
+// naps; the first nap while a transfer is expected, doubling to the
+// longest; the nap when nothing is expected (a message may still come
+// before its receive op starts). docs/dist.md has the measurements.
+constexpr unsigned kHotPolls = 50;
+constexpr std::chrono::microseconds kFirstNap{5};
+constexpr std::chrono::microseconds kMaxNap{100};
+constexpr std::chrono::microseconds kIdleNap{200};
+}  // namespace
+
+void Progress::loop() {
+  const CompletionThread completion_scope;
+  std::vector<Command> batch;
+  unsigned idle = 0;
+  for (;;) {
+    bool shutting_down = false;
+    {
+      std::unique_lock lock(mu_);
+      if (commands_.empty() && idle > kHotPolls && !shutdown_requested_) {
+        // Nothing came for a while. A message only moves when this thread
+        // polls, but polling flat out steals the CPU from the workers of
+        // this rank and of its neighbours on the same cores (it halved the
+        // distributed W5's speed at 2 ranks on 2 CPUs: docs/dist.md), so
+        // nap, longer the longer nothing comes; a command wakes it at once.
+        const bool expecting = !wants_.empty() || !requests_.empty();
+        const auto nap = expecting ? std::min(kMaxNap, kFirstNap * (1u << std::min(idle - kHotPolls, 8u)))
+                                   : kIdleNap;
+        cv_.wait_for(lock, nap);
+      }
+      if (abandon_) break;
+      batch.swap(commands_);
+      shutting_down = shutdown_requested_;
+    }
+    bool busy = !batch.empty();
+    for (Command& c : batch) run_command(c);
+    batch.clear();
+    post_receives();
+    busy |= test_requests();
+
+    if (shutting_down) {
+      if (shutdown_phase_ == 0 && sends_in_flight_ == 0) {
+        Slot s;
+        s.kind = Slot::kCollective;
+        s.finished = nullptr;
+        MPI_Request r = MPI_REQUEST_NULL;
+        check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+        requests_.push_back(r);
+        slots_.push_back(std::move(s));
+        shutdown_phase_ = 2;
+      } else if (shutdown_phase_ == 2) {
+        bool barrier_pending = false;
+        for (const Slot& s : slots_) barrier_pending |= s.kind == Slot::kCollective && s.finished == nullptr;
+        // After the barrier every rank's sends were matched: every message
+        // to this rank is being received; leave once they all landed.
+        if (!barrier_pending && requests_.empty()) break;
+      }
+    }
+    if (busy) {
+      idle = 0;
+    } else {
+      ++idle;
+      std::this_thread::yield();
+    }
+  }
+  leftovers_.store(early_.size() + wants_.size(), std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  finished_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace ordo::dist::detail

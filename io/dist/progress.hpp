@@ -1,0 +1,147 @@
+// io/dist/progress.hpp - the one thread that makes every MPI call of a Dist.
+//
+// Thread level: MPI_THREAD_SERIALIZED. Workers never call MPI: a send op
+// packs its envelope and hands it here; a receive op registers what it
+// wants and returns (an async op); this thread posts MPI_Issend /
+// MPI_Imrecv, tests them (MPI_Testsome), matches arrivals with wants by the
+// envelope's (source, variable id, transfer number) and completes the
+// receive ops through their OnComplete, inside a CompletionThread scope
+// (bookkeeping only: dependants go to the engine's workers). A user codec's
+// load is user code: it is posted to the engine, never run here.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "ordo/dist.hpp"
+
+namespace ordo::dist::detail {
+
+/// Every message a Dist sends: this header, then the payload (the value's
+/// bytes, or on failure the error's what()). MPI tags are only guaranteed
+/// up to 32767, so everything that identifies a transfer is here; one tag
+/// serves all of them.
+struct Envelope {
+  std::uint64_t var_id = 0;
+  std::uint64_t version = 0;   ///< writes pushed on the variable before this value (informational)
+  std::uint64_t seq = 0;       ///< the variable's transfer number: (source, var_id, seq) is unique
+  std::uint64_t size = 0;      ///< payload bytes
+  std::int32_t status = 0;     ///< kOk, or kFailed: the payload is the error's what()
+  std::int32_t origin = 0;     ///< the rank where the failure happened (kFailed)
+  static constexpr std::int32_t kOk = 0;
+  static constexpr std::int32_t kFailed = 1;
+};
+static_assert(sizeof(Envelope) == 40);
+
+inline constexpr int kDataTag = 7;
+
+/// Where a received value goes.
+struct Target {
+  void* data = nullptr;   ///< a flat buffer of `size` bytes, or
+  std::size_t size = 0;
+  const Codec* codec = nullptr;  ///< a codec (load posted to the engine)
+};
+
+/// Identifies one transfer on the receiving side.
+struct Key {
+  int source = 0;
+  std::uint64_t var_id = 0;
+  std::uint64_t seq = 0;
+  friend bool operator<(const Key& a, const Key& b) noexcept {
+    return std::tie(a.source, a.var_id, a.seq) < std::tie(b.source, b.var_id, b.seq);
+  }
+};
+
+/// Counters the progress thread writes (relaxed: statistics only).
+struct ProgressCounters {
+  std::atomic<std::uint64_t> messages_sent{0}, bytes_sent{0}, messages_received{0}, bytes_received{0},
+      early_messages{0};
+};
+
+/// @par Thread safety
+/// send, want, discard, collective and shutdown may be called from any
+/// thread; everything else in here runs on the progress thread.
+class Progress {
+ public:
+  Progress(MPI_Comm comm, Engine& engine, int rank);
+  /// Joins the thread (after shutdown() returned true, or to abandon it).
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  /// Sends `message` (an Envelope and its payload) to `dest`; detached: the
+  /// caller is done with it.
+  void send(int dest, std::vector<std::byte> message);
+  /// The receive op of `key` has started: deliver into `target` and call `done`.
+  void want(const Key& key, Target target, OnComplete done);
+  /// The receive op of `key` was skipped: drop its message.
+  void discard(const Key& key);
+  /// Runs `start` (which posts one nonblocking collective on the comm) on
+  /// the progress thread and blocks until its request completes.
+  void collective(const std::function<void(MPI_Comm, MPI_Request*)>& start);
+  /// The final drain: once this rank's sends are all matched (MPI_Issend),
+  /// an MPI_Ibarrier; after it every message to this rank has been matched
+  /// too, so once the receives have landed the thread ends. Returns false
+  /// if that did not happen within `timeout` (zero: forever).
+  bool shutdown(std::chrono::milliseconds timeout);
+
+  [[nodiscard]] const ProgressCounters& counters() const noexcept { return counters_; }
+  /// CPU seconds the progress thread has used so far.
+  [[nodiscard]] double cpu_seconds() const noexcept;
+  /// Messages received and never claimed, wants never served (after shutdown: both should be 0).
+  [[nodiscard]] std::size_t leftovers() const noexcept { return leftovers_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Command;
+  struct Slot;
+  void loop();
+  void run_command(Command& c);
+  void post_receives();
+  bool test_requests();
+  void arrived(int source, std::vector<std::byte> message);
+  void deliver(const Envelope& h, std::vector<std::byte> message, const Target& target, const OnComplete& done);
+  void check(int rc, const char* call) const;
+
+  MPI_Comm comm_;
+  Engine& engine_;
+  const int rank_;
+  ProgressCounters counters_;
+  std::atomic<std::size_t> leftovers_{0};
+
+  // Commands from other threads. Guarded by mu_; cv_ wakes the thread (and
+  // the waiters of collective and shutdown, whose flags it also guards).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Command> commands_;  // guarded by mu_
+  bool shutdown_requested_ = false;  // guarded by mu_
+  bool finished_ = false;            // guarded by mu_: the thread has left its loop
+  bool abandon_ = false;             // guarded by mu_: leave now, drained or not (the destructor)
+
+  // The progress thread's own state (nobody else touches it).
+  std::vector<MPI_Request> requests_;
+  std::vector<Slot> slots_;  // slots_[i] describes requests_[i]
+  std::map<Key, std::vector<std::byte>> early_;  // arrived before their want
+  struct Wanted {
+    Target target;
+    OnComplete done;
+  };
+  std::map<Key, Wanted> wants_;
+  std::set<Key> discarded_;
+  std::size_t sends_in_flight_ = 0;
+  int shutdown_phase_ = 0;  // 0 running, 1 waiting for sends, 2 barrier posted, 3 barrier done
+
+  std::thread thread_;
+};
+
+}  // namespace ordo::dist::detail
