@@ -1,7 +1,10 @@
 // src/resource.cpp - TempSpace and RandomStream(s) (ordo/resource.hpp).
 #include "ordo/resource.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cstdint>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -35,6 +38,7 @@ TempArena::~TempArena() {
 }
 
 std::span<std::byte> TempArena::get(std::size_t bytes) {
+  if (bytes > (SIZE_MAX >> 2)) throw std::bad_alloc();  // rounding it would overflow
   const std::size_t have = capacity_.load(std::memory_order_relaxed);
   if (bytes <= have && p_ != nullptr) return {p_, bytes};
   if (cap_bytes_ != 0 && bytes > cap_bytes_) {

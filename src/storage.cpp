@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -17,13 +18,24 @@
 
 namespace ordo {
 
+namespace {
+constexpr std::size_t kMaxRequestBytes = SIZE_MAX >> 2;  ///< larger requests are refused (rounding would overflow)
+}  // namespace
+
 std::size_t SizeClasses::round(std::size_t bytes) const noexcept {
+  if (bytes > kMaxRequestBytes) return SIZE_MAX;  // no class: acquire refuses such requests
   const std::size_t pages = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
   if (pow2_cutoff != 0 && pages <= pow2_cutoff) return std::bit_ceil(pages);
   return pages;
 }
 
 namespace {
+void check_request(std::size_t size) {
+  if (size > kMaxRequestBytes) {
+    throw Error(Errc::invalid_argument, "ordo::BufferPool::acquire(" + std::to_string(size) + "): too large");
+  }
+}
+
 class SystemAllocator final : public HostAllocator {
  public:
   void* allocate(std::size_t bytes, std::size_t alignment) override {
@@ -377,6 +389,7 @@ BufferPool::~BufferPool() {
 }
 
 AcquireAwaitable BufferPool::acquire(std::size_t size) {
+  check_request(size);
   const std::size_t cap = state_->opts.classes.round(size);
   const std::size_t limit = state_->opts.limit_bytes;
   if (limit != 0 && cap > limit) {
@@ -388,6 +401,7 @@ AcquireAwaitable BufferPool::acquire(std::size_t size) {
 }
 
 Buffer BufferPool::try_acquire(std::size_t size) {
+  check_request(size);
   detail::PoolState& s = *state_;
   const std::size_t cap = s.opts.classes.round(size);
   void* block = nullptr;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <random>
 #include <span>
 #include <string>
@@ -87,6 +88,7 @@ class TempArena {
   template <class T>
   [[nodiscard]] std::span<T> get_as(std::size_t count) {
     static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 4096, "scratch holds trivial types");
+    if (count > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
     std::span<std::byte> s = get(count * sizeof(T));
     return {reinterpret_cast<T*>(s.data()), count};
   }

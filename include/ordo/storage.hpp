@@ -45,7 +45,8 @@ namespace ordo {
 struct SizeClasses {
   std::size_t page = 4096;
   std::size_t pow2_cutoff = std::size_t{1} << 20;
-  /// The block size (the bucket) of a request of `bytes` (0 counts as 1).
+  /// The block size (the bucket) of a request of `bytes` (0 counts as 1;
+  /// over SIZE_MAX / 4, which BufferPool refuses: SIZE_MAX).
   [[nodiscard]] std::size_t round(std::size_t bytes) const noexcept;
 };
 
@@ -249,7 +250,9 @@ class BufferPool {
 
   /// A buffer of at least `size` bytes (its block is classes.round(size)).
   /// Throws ordo::Error{Errc::invalid_argument} at once if that block alone
-  /// is over the limit (it could never be served).
+  /// is over the limit (it could never be served) or `size` is absurd
+  /// (over SIZE_MAX / 4). A coroutine waiting in it must not be destroyed
+  /// before it resumes (the queue refers to its awaitable).
   [[nodiscard]] AcquireAwaitable acquire(std::size_t size);
   /// A buffer now, or an empty one where acquire would wait. Throws the
   /// allocator's failure.

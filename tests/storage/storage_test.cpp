@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <thread>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -300,6 +302,9 @@ TEST(BufferPool, ErrorsAreClear) {
     EXPECT_NE(std::string(e.what()).find("8192"), std::string::npos) << e.what();
   }
   EXPECT_THROW(BufferPool(engine, {.classes = {.page = 1000}}), Error);
+  BufferPool unlimited(engine);
+  EXPECT_THROW((void)unlimited.acquire(SIZE_MAX), Error);
+  EXPECT_THROW((void)unlimited.try_acquire(SIZE_MAX - 10), Error);
   // A blocking acquire inside an op, with the pool full, would wait for a
   // release that may need this worker: it throws instead.
   Buffer all = pool.acquire(8192).wait();
