@@ -327,6 +327,19 @@ ordo::Task<void> pooled_loop(ordo::Engine& engine, ordo::io::Reactor& io, const 
   }
 }
 
+/// Opens the shards, then runs the loop. (A coroutine with parameters, not a
+/// capturing lambda: the frame keeps its parameters, not a lambda's captures.)
+ordo::Task<void> open_and_loop(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<std::string>& paths,
+                               std::vector<int>& fds, const Config& cfg, ordo::BufferPool& pool,
+                               ordo::TempSpace& temp, ordo::RandomStreams& streams, PooledTally& tally,
+                               std::vector<Sample>& samples) {
+  for (const std::string& p : paths) {
+    bool direct = false;
+    fds.push_back(co_await open_direct(io, p, direct));
+  }
+  co_await pooled_loop(engine, io, fds, cfg, pool, temp, streams, tally, samples);
+}
+
 /// Runs the loop over the shards; prints memory as it goes and the result.
 bool run_pooled(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<std::string>& paths, const Config& cfg) {
   ordo::BufferPool pool(engine, {.limit_bytes = cfg.pool_buffers * cfg.batch_bytes});
@@ -338,13 +351,7 @@ bool run_pooled(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<s
   const auto start = Clock::now();
   {
     ordo::AsyncScope scope;
-    scope.spawn([&]() -> ordo::Task<void> {
-      for (const std::string& p : paths) {
-        bool direct = false;
-        fds.push_back(co_await open_direct(io, p, direct));
-      }
-      co_await pooled_loop(engine, io, fds, cfg, pool, temp, streams, tally, samples);
-    }());
+    scope.spawn(open_and_loop(engine, io, paths, fds, cfg, pool, temp, streams, tally, samples));
     scope.sync_join();
   }
   engine.wait_for_all();
