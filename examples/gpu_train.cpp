@@ -26,6 +26,7 @@
 
 #include "gpu_train_kernels.hpp"
 #include "ordo/gpu.hpp"
+#include "ordo/storage.hpp"
 
 namespace {
 
@@ -126,15 +127,18 @@ int run(bool want_cuda, bool require_cuda) {
   Host want = h;
   serial(want);
 
-  // Pinned host buffers (so copies overlap), device buffers per device, and a variable for each.
+  // Host staging buffers from a pool of pinned memory (so copies overlap),
+  // each carrying its variable (ordo/storage.hpp); device buffers per
+  // device, and a variable for each.
+  ordo::BufferPool staging(engine, {.allocator = rt.pinned_allocator()});
   auto host_buf = [&](const std::vector<float>& init) {
-    Buffer b = rt.alloc_host(init.size() * sizeof(float));
+    ordo::Buffer b = staging.acquire(init.size() * sizeof(float)).wait();
     std::memcpy(b.data(), init.data(), init.size() * sizeof(float));
     return b;
   };
-  Buffer X = host_buf(h.x), L = host_buf(h.label), W1 = host_buf(h.w1), W2 = host_buf(h.w2);
-  Buffer dW1h[kDevices], dW2h[kDevices];
-  Var vX = engine.new_variable(), vL = engine.new_variable(), vW1 = engine.new_variable(), vW2 = engine.new_variable();
+  ordo::Buffer X = host_buf(h.x), L = host_buf(h.label), W1 = host_buf(h.w1), W2 = host_buf(h.w2);
+  ordo::Buffer dW1h[kDevices], dW2h[kDevices];
+  const Var vX = X.var(), vL = L.var(), vW1 = W1.var(), vW2 = W2.var();
   Var vdW1h[kDevices], vdW2h[kDevices];
   struct Dev {
     Buffer x, label, w1, w2, hid, y, g2, dh, dw1, dw2;
@@ -149,10 +153,10 @@ int run(bool want_cuda, bool require_cuda) {
     for (Var* v : {&D.vx, &D.vlabel, &D.vw1, &D.vw2, &D.vhid, &D.vy, &D.vg2, &D.vdh, &D.vdw1, &D.vdw2}) {
       *v = engine.new_variable();
     }
-    dW1h[d] = rt.alloc_host(kHidden * kIn * sizeof(float));
-    dW2h[d] = rt.alloc_host(kOut * kHidden * sizeof(float));
-    vdW1h[d] = engine.new_variable();
-    vdW2h[d] = engine.new_variable();
+    dW1h[d] = staging.acquire(kHidden * kIn * sizeof(float)).wait();
+    dW2h[d] = staging.acquire(kOut * kHidden * sizeof(float)).wait();
+    vdW1h[d] = dW1h[d].var();
+    vdW2h[d] = dW2h[d].var();
   }
   const auto h2d = ordo::OpAttrs{.prop = FnProperty::copy_to_device};
   const auto d2h = ordo::OpAttrs{.prop = FnProperty::copy_from_device};
@@ -194,7 +198,7 @@ int run(bool want_cuda, bool require_cuda) {
     }
     // Aggregate and update on the CPU (held until the copies finished), then
     // copy each layer back as soon as it is updated.
-    auto update = [&](Buffer& w, Buffer* grads, std::size_t n) {
+    auto update = [&](ordo::Buffer& w, ordo::Buffer* grads, std::size_t n) {
       float* pw = w.as<float>();
       const float* g0 = grads[0].as<float>();
       const float* g1 = grads[1].as<float>();
@@ -219,7 +223,7 @@ int run(bool want_cuda, bool require_cuda) {
   // Bit-identical on the simulated backend (same loops); CUDA's float
   // arithmetic (fused multiply-add) may differ in the last bits.
   double worst = 0.0;
-  auto compare = [&](const Buffer& got, const std::vector<float>& ref) {
+  auto compare = [&](const ordo::Buffer& got, const std::vector<float>& ref) {
     for (std::size_t i = 0; i < ref.size(); ++i) {
       worst = std::max(worst, static_cast<double>(std::fabs(got.as<float>()[i] - ref[i])));
     }
@@ -232,10 +236,20 @@ int run(bool want_cuda, bool require_cuda) {
               static_cast<unsigned long long>(st.held_ops));
   const double tolerance = use_cuda ? 1e-4 : 0.0;
   std::printf("gpu_train: largest difference from the serial computation: %g (tolerance %g)\n", worst, tolerance);
-  for (Buffer b : {X, L, W1, W2}) rt.free(b);
+  // The staging buffers go back to their pool behind their last ops, and
+  // the pool before the runtime that gave it its pinned memory.
+  for (ordo::Buffer* b : {&X, &L, &W1, &W2}) b->release();
+  for (int d = 0; d < kDevices; ++d) {
+    dW1h[d].release();
+    dW2h[d].release();
+  }
+  engine.wait_for_all();
+  const ordo::BufferPoolStats ps = staging.stats();
+  std::printf("gpu_train: %llu pinned staging buffers from the pool, %zu KiB held, %zu KiB in use\n",
+              static_cast<unsigned long long>(ps.acquires), ps.reserved_bytes / 1024, ps.in_use_bytes / 1024);
   for (int d = 0; d < kDevices; ++d) {
     for (Buffer b : {dev[d].x, dev[d].label, dev[d].w1, dev[d].w2, dev[d].hid, dev[d].y, dev[d].g2, dev[d].dh,
-                     dev[d].dw1, dev[d].dw2, dW1h[d], dW2h[d]}) {
+                     dev[d].dw1, dev[d].dw2}) {
       rt.free(b);
     }
   }

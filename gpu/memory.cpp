@@ -1,19 +1,37 @@
 // gpu/memory.cpp - the runtime's memory pool: device and pinned host blocks
 // in power-of-two size classes, reused until ~Runtime, so that steady-state
 // allocation never calls the backend (cudaFree synchronises the device).
-#include <algorithm>
-#include <bit>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <utility>
 
+#include "ordo/storage.hpp"
 #include "runtime_impl.hpp"
 
 namespace ordo::gpu {
 
 namespace {
-std::size_t capacity_for(std::size_t bytes) { return std::bit_ceil(std::max<std::size_t>(bytes, 256)); }
+/// The size classes of ordo's pools (ordo/storage.hpp): powers of two from
+/// 256 bytes, with no cutoff (CUDA allocations are 256-byte aligned).
+constexpr SizeClasses kClasses{.page = 256, .pow2_cutoff = std::size_t{1} << 62};
+std::size_t capacity_for(std::size_t bytes) { return kClasses.round(bytes); }
+
+/// Pinned host blocks for an ordo::BufferPool, straight from the backend.
+class PinnedAllocator final : public HostAllocator {
+ public:
+  explicit PinnedAllocator(Backend& b) noexcept : backend_(b) {}
+  void* allocate(std::size_t bytes, std::size_t) override { return backend_.alloc_pinned(bytes); }
+  void deallocate(void* p, std::size_t) noexcept override { backend_.free_pinned(p); }
+
+ private:
+  Backend& backend_;
+};
 }  // namespace
+
+std::shared_ptr<HostAllocator> Runtime::pinned_allocator() {
+  return std::make_shared<PinnedAllocator>(*impl_->backend);
+}
 
 Buffer Runtime::alloc_device(int device, std::size_t bytes) {
   impl_->check_device(Context::gpu(device));

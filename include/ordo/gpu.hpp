@@ -60,6 +60,10 @@
 #include "ordo/engine.hpp"
 #include "ordo/gpu/backend.hpp"
 
+namespace ordo {
+class HostAllocator;  // ordo/storage.hpp
+}  // namespace ordo
+
 namespace ordo::gpu {
 
 /// How the watcher thread observes event completion. poll is the default:
@@ -263,6 +267,15 @@ class Runtime {
   [[nodiscard]] Buffer alloc_host(std::size_t bytes);
   /// Returns memory to the pool now: nothing may still use it.
   void free(Buffer b) noexcept;
+  /// Pinned host memory for an ordo::BufferPool (ordo/storage.hpp), which
+  /// then pools it, in its size classes, behind its buffers' variables:
+  /// `ordo::BufferPool staging(engine, {.allocator = rt.pinned_allocator()})`.
+  /// Blocks come straight from the backend (cudaMallocHost: page aligned;
+  /// the simulated backend: 256-byte aligned) and go back to it. The
+  /// allocator refers to this runtime: release the pool's buffers, let
+  /// their releases run (Engine::wait_for_all) and destroy the pool before
+  /// the runtime.
+  [[nodiscard]] std::shared_ptr<HostAllocator> pinned_allocator();
   /// Engine::delete_variable(var) whose deleter returns `b` to the pool: the
   /// memory is reused only after every op pushed on var and every GPU event
   /// fencing var has completed.
