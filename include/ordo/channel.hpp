@@ -76,6 +76,7 @@ class Channel {
         return false;
       }
       Node* woken = nullptr;
+      bool queued = false;  // once queued, node_ is the completer's to write: not read here again
       {
         std::lock_guard lock(c_->m_);
         if (c_->closed_) {
@@ -91,10 +92,11 @@ class Channel {
           node_.owner = c_;
           node_.cancel = &Channel::cancel_waiter<true>;
           c_->senders_.push_back(&node_);
+          queued = true;
         }
       }
       if (woken != nullptr) woken->settle(Outcome::granted);
-      if (node_.outcome == Outcome::granted) return false;
+      if (!queued) return false;
       return node_.arm(h, stop_);
     }
     void await_resume() {
@@ -126,6 +128,7 @@ class Channel {
         return false;
       }
       Node* woken = nullptr;
+      bool queued = false;  // once queued, node_ is the completer's to write: not read here again
       {
         std::lock_guard lock(c_->m_);
         if (c_->take_locked(out_, woken)) {
@@ -137,10 +140,11 @@ class Channel {
           node_.owner = c_;
           node_.cancel = &Channel::cancel_waiter<false>;
           c_->receivers_.push_back(&node_);
+          queued = true;
         }
       }
       if (woken != nullptr) woken->settle(Outcome::granted);
-      if (node_.outcome != Outcome::none) return false;
+      if (!queued) return false;
       return node_.arm(h, stop_);
     }
     /// The next value, or std::nullopt once the channel is closed and empty.
