@@ -147,14 +147,16 @@ Task<T> with_timeout_impl(Engine& engine, std::chrono::nanoseconds d, std::stop_
 /// ordo::Error{Errc::timed_out}. An exception the task throws before the
 /// deadline is rethrown. The task must pass the token to what it awaits for
 /// the deadline to cut it short.
+/// fn is kept (moved into this task) until the task it made has finished,
+/// so a coroutine lambda's captures stay valid.
 template <class Rep, class Period, class F>
   requires std::is_invocable_v<F&, std::stop_token>
 [[nodiscard]] auto with_timeout(Engine& engine, std::chrono::duration<Rep, Period> d, F fn)
     -> Task<typename std::invoke_result_t<F&, std::stop_token>::value_type> {
   std::stop_source stop;
   auto work = fn(stop.get_token());
-  return detail::with_timeout_impl(engine, std::chrono::duration_cast<std::chrono::nanoseconds>(d), std::move(stop),
-                                   std::move(work));
+  co_return co_await detail::with_timeout_impl(engine, std::chrono::duration_cast<std::chrono::nanoseconds>(d),
+                                               std::move(stop), std::move(work));
 }
 
 /// As above for a task made with a token of `stop` (which with_timeout stops
