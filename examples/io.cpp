@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <ordo/io.hpp>
+#include <ordo/io/files.hpp>
 #include <ordo/task.hpp>
 
 #include <array>
@@ -74,6 +75,18 @@ std::uint64_t size_by_callback(ordo::io::Reactor& io, const std::string& path) {
   return bytes;
 }
 
+ordo::Task<void> files(ordo::io::Reactor& io, std::string path) {
+  // [snippet:io_files]
+  std::string text = co_await ordo::io::read_file(io, path);  // open, fstat, read to the end, close
+  const int fd = co_await io.open(path, O_RDONLY | O_CLOEXEC);
+  ordo::io::LineReader reader(io, fd);  // one read per 64 KiB, not per line
+  int lines = 0;
+  while (std::optional<std::string> line = co_await reader.next()) ++lines;
+  co_await io.close(fd);
+  // [end]
+  assert(text == "hello, ordo::io\n" && lines == 1);
+}
+
 }  // namespace
 
 int main() {
@@ -92,6 +105,7 @@ int main() {
     std::printf("backend: %s\n", io.backend() == ordo::io::Backend::uring ? "io_uring" : "threads");
     ordo::sync_wait(buffers(io, path));
     ordo::sync_wait(stats(io, path, 16));
+    ordo::sync_wait(files(io, path));
     const std::uint64_t bytes = size_by_callback(io, path);
     assert(bytes == 16);
   }

@@ -27,6 +27,9 @@ void abandon(detail::EngineCore* core) {
 Engine::Engine(Options options) : core_(std::make_unique<detail::EngineCore>(std::move(options))) {}
 
 Engine::~Engine() {
+  // Timers first: whatever is still armed fires now, and what that posts is
+  // drained below with the rest.
+  delete timers_.exchange(nullptr, std::memory_order_acq_rel);
   if (!core_) return;
   const bool drained = core_->shutdown();
   if (const std::string& path = core_->options().profile.trace_path;
@@ -208,6 +211,16 @@ const Options& Engine::options() const noexcept { return core_->options(); }
 Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler()); }
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
+
+detail::TimerService& detail::EngineExtension::timers(Engine& engine) {
+  // acquire pairs with the release of the CAS that published the service.
+  if (detail::TimerService* t = engine.timers_.load(std::memory_order_acquire)) return *t;
+  auto* made = new detail::TimerService;
+  detail::TimerService* expected = nullptr;
+  if (engine.timers_.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) return *made;
+  delete made;  // another thread made it first
+  return *expected;
+}
 
 bool detail::EngineExtension::attach_idle_task(Engine& engine, IdleTask* task) noexcept {
   return engine.core_->attach_idle_task(task);

@@ -466,6 +466,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   run.specs = specs;
   run.n = static_cast<std::uint32_t>(n);
   run.ctx = ctx;
+  run.error_to_awaiter = attrs.error_to_awaiter;
   run.self = RunningOp{this, attrs.name};
   run.outer = ts.running;
   ts.running = &run.self;
@@ -485,7 +486,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   for (std::uint32_t i = 0; i < run.n; ++i) {
     VarRecord* v = run.specs[i].var;
     v->lock.lock();
-    v->release_access(run.specs[i].write, own);
+    v->release_access(run.specs[i].write, run.error_to_awaiter ? nullptr : own);
     if (i == 0 && run.oper != nullptr) [[unlikely]] {
       // Guarded by this lock (specs[0] is the operator's access[0]).
       if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
@@ -525,6 +526,7 @@ inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const 
   op->priority = attrs.priority;
   op->name = attrs.name;
   op->always_run = attrs.always_run;
+  op->error_to_awaiter = attrs.error_to_awaiter;
   if (attrs.inline_ok) op->traits |= kRunsOnPusher;
   op->n_access = static_cast<std::uint16_t>(n);
   if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
@@ -925,6 +927,9 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   ErrorRecord* inherited = op->error.load(std::memory_order_acquire);
   ErrorRecord* outcome = own_error;
   if (outcome == nullptr && inherited != nullptr && !op->always_run) outcome = inherited;
+  // What the variables keep: the outcome, except the op's own error under
+  // OpAttrs::error_to_awaiter (its awaiter gets it; the writes count as made).
+  ErrorRecord* const stored = own_error != nullptr && op->error_to_awaiter ? nullptr : outcome;
 
   if (op->async_started) {
     op->async_started = false;
@@ -933,9 +938,9 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   ReadyList ready;
   VarRecord* deleted = nullptr;
   if (prof_ != nullptr) [[unlikely]] {
-    deleted = release_accesses_profiled(op, own_error, outcome, ready);
+    deleted = release_accesses_profiled(op, own_error, stored, ready);
   } else {
-    deleted = release_accesses<false>(op, outcome, ready);
+    deleted = release_accesses<false>(op, stored, ready);
   }
   if (deleted != nullptr) recycle_var(deleted);
 

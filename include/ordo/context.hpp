@@ -48,6 +48,17 @@ struct OpAttrs {
   /// to a worker (pooled and per-device engines; see "Where ops run" in
   /// docs/guide.md). Without it, no push ever runs an op body.
   bool inline_ok = false;
+  /// Server error policy: if this op fails (its body throws, or its
+  /// completion passes an error), the error goes to whoever awaits the op
+  /// only (a coroutine's co_await, an ordo::asio handler) and is NOT stored
+  /// on the variables it mutates: the next op on them runs normally. The
+  /// op's writes count as made (the version advances; the data is whatever
+  /// the body left, which the engine cannot undo). An op with no awaiter
+  /// (push_sync) reports the error through wait_for_all / the destructor
+  /// only, as an op with no outputs does. An error inherited from an input
+  /// still skips the op and passes on as usual. docs/coroutines.md, "Server
+  /// error policy".
+  bool error_to_awaiter = false;
 };
 
 }  // namespace ordo

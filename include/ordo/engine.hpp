@@ -10,6 +10,7 @@
 // share sees them in the same order.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -33,6 +34,7 @@ namespace detail {
 class EngineCore;
 struct EngineExtension;
 struct OperatorRecord;
+class TimerService;
 struct ReadsTag;
 struct WritesTag;
 }  // namespace detail
@@ -327,6 +329,10 @@ class Engine {
                          std::uint8_t traits = 0);
 
   std::unique_ptr<detail::EngineCore> core_;
+  /// The engine's timers (detail::EngineExtension::timers), made by the first
+  /// use (a CAS from null); destroyed first by the destructor, which fires
+  /// what is still armed before the engine drains.
+  std::atomic<detail::TimerService*> timers_{nullptr};
 };
 
 /// Marks the calling thread, for the scope's lifetime, as a completion

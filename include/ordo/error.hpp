@@ -17,6 +17,8 @@ enum class Errc {
   invalid_argument,    ///< a bad option or argument (message says which)
   shutdown_abandoned,  ///< engine destroyed while async ops never completed (reported, not thrown)
   cancelled,           ///< work was cancelled before it ran
+  closed,              ///< a send on a closed ordo::Channel
+  timed_out,           ///< a deadline passed first (ordo::with_timeout)
 };
 
 /// Thrown for misuse of the engine (never for an op's own exception, which is

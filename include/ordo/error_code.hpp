@@ -38,6 +38,8 @@ class ErrcCategory final : public std::error_category {
       case Errc::invalid_argument: return "invalid argument";
       case Errc::shutdown_abandoned: return "async op abandoned at engine shutdown";
       case Errc::cancelled: return "cancelled before it ran";
+      case Errc::closed: return "channel closed";
+      case Errc::timed_out: return "deadline passed";
     }
     return "unknown ordo error " + std::to_string(v);
   }

@@ -40,11 +40,14 @@ struct State {
 template <class T>
 Task<void> wrap(Task<T> task, std::shared_ptr<State<T>> st) {
   try {
+    // Destroyed at the end of this block, before `done` is signalled: the
+    // task's promise holds its exception too (see run_bounded).
+    Task<T> t = std::move(task);
     if constexpr (std::is_void_v<T>) {
-      co_await task;
+      co_await t;
       st->value.emplace(true);
     } else {
-      st->value.emplace(co_await task);
+      st->value.emplace(co_await t);
     }
   } catch (...) {
     st->error = std::current_exception();
@@ -62,6 +65,7 @@ T run_bounded(Task<T> task, std::chrono::seconds limit = std::chrono::seconds(60
   static AsyncScope* scope = new AsyncScope;  // never destroyed: a timed-out task may still run
   auto st = std::make_shared<detail_bounded::State<T>>();
   scope->spawn(detail_bounded::wrap(std::move(task), st));
+  std::exception_ptr error;
   {
     std::unique_lock lock(st->m);
     if (!st->cv.wait_for(lock, limit, [&] { return st->done; })) {
@@ -70,8 +74,13 @@ T run_bounded(Task<T> task, std::chrono::seconds limit = std::chrono::seconds(60
       std::fflush(stderr);
       std::abort();
     }
+    // Taken out under the lock, so the task's thread, which drops its State
+    // reference after this, never releases the exception: libstdc++'s
+    // exception reference counts are not instrumented, and ThreadSanitizer
+    // would report that release against this thread's use as a race.
+    error = std::move(st->error);
   }
-  if (st->error) std::rethrow_exception(st->error);
+  if (error) std::rethrow_exception(error);
   if constexpr (!std::is_void_v<T>) return std::move(*st->value);
 }
 

@@ -408,6 +408,43 @@ TEST_P(Io, StopTokenAndHandleCancelWaitingRequests) {
   EXPECT_FALSE(h.cancel());  // delivered: a stale handle is harmless
 }
 
+// Issue 32, item 7: the scope's stop source reaches every spawned task,
+// including its in-flight io_uring (or thread backend) requests.
+TEST_P(Io, ScopeStopCancelsTheInFlightRequestsOfItsTasks) {
+  constexpr int kTasks = 3;
+  std::vector<Fd> ends;
+  std::vector<int> fds;
+  for (int i = 0; i < kTasks; ++i) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fds.push_back(sv[0]);
+    ends.emplace_back(sv[0]);
+    ends.emplace_back(sv[1]);
+  }
+  std::atomic<int> cancelled{0};
+  std::atomic<int> started{0};
+  std::vector<std::vector<char>> bufs(kTasks, std::vector<char>(4));
+  {
+    AsyncScope scope;
+    auto reader = [&](int i, std::stop_token st) -> Task<void> {
+      started.fetch_add(1);
+      try {
+        (void)co_await io.recv(fds[i], bytes(bufs[i])).stop_token(st);  // no data ever comes
+      } catch (const IoError& e) {
+        EXPECT_EQ(e.code(), std::errc::operation_canceled) << e.what();
+        cancelled.fetch_add(1);
+      }
+    };
+    for (int i = 0; i < kTasks; ++i) scope.spawn([&, i](std::stop_token st) { return reader(i, st); });
+    EXPECT_EQ(started.load(), kTasks);
+    EXPECT_TRUE(scope.request_stop());
+    scope.sync_join();
+    EXPECT_TRUE(scope.stop_requested());
+  }
+  EXPECT_EQ(cancelled.load(), kTasks);
+  engine.wait_for_all();
+}
+
 TEST_P(Io, CancelRacingCompletionDeliversExactlyOneOutcome) {
   const std::uint64_t seed = test_seed("cancel_race");
   std::mt19937_64 rng(seed);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <stop_token>
+#include <type_traits>
 #include <utility>
 
 #include "ordo/detail/coro_runtime.hpp"
@@ -52,6 +54,15 @@ class ScopeChild {
 /// engine ops the task pushes before it first suspends are registered before
 /// spawn returns (outside coroutines).
 ///
+/// STOPPING. The scope owns a std::stop_source: request_stop() stops every
+/// token get_stop_token() handed out, so every task made with one (spawn(fn)
+/// calls fn(token) for you) sees the stop: a pending co_await ordo::push,
+/// wait_for, Semaphore, Channel, sleep_for, when_any, or ordo::io request
+/// given the token is cancelled at once, and a task can poll
+/// token.stop_requested(). The tasks still finish by themselves: join the
+/// scope as usual (it waits for them). A stopped scope stays stopped; tasks
+/// spawned later get a stopped token.
+///
 /// THE RULE: join a scope before destroying it, and before destroying the
 /// engine its tasks use (declare the scope after the engine). Destroying a
 /// scope with tasks still running reports it on stderr and calls
@@ -89,6 +100,23 @@ class AsyncScope {
     count_.fetch_add(1, std::memory_order_relaxed);
     detail::resume(child.h);
   }
+
+  /// Makes a task with the scope's stop token and spawns it:
+  /// `scope.spawn([&](std::stop_token st) { return serve(conn, st); })`.
+  /// `make` is called here and not kept: if it is itself a coroutine
+  /// lambda, it must outlive the task (as any coroutine lambda's captures).
+  template <class F>
+    requires std::is_invocable_v<F&, std::stop_token>
+  void spawn(F&& make) {
+    spawn(make(stop_.get_token()));
+  }
+
+  /// A token that request_stop() stops (see STOPPING above).
+  [[nodiscard]] std::stop_token get_stop_token() const noexcept { return stop_.get_token(); }
+  /// Stops every token of this scope; true if this call made the stop.
+  /// Thread-safe; runs the tokens' stop callbacks on the calling thread.
+  bool request_stop() noexcept { return stop_.request_stop(); }
+  [[nodiscard]] bool stop_requested() const noexcept { return stop_.stop_requested(); }
 
   /// Spawned tasks not finished yet (a snapshot).
   [[nodiscard]] std::size_t active() const noexcept {
@@ -165,6 +193,7 @@ class AsyncScope {
   std::mutex error_mutex_;
   std::exception_ptr first_error_;  ///< guarded by error_mutex_
   std::size_t errors_ = 0;          ///< guarded by error_mutex_
+  std::stop_source stop_;           ///< thread-safe itself; stopped once, never reset
 };
 
 inline std::coroutine_handle<> detail::ScopeChild::promise_type::Final::await_suspend(

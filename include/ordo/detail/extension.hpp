@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ordo/detail/idle_task.hpp"
+#include "ordo/detail/timer_service.hpp"
 #include "ordo/engine.hpp"
 
 namespace ordo::detail {
@@ -56,6 +57,11 @@ struct EngineExtension {
                              int& worker) {
     return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
   }
+
+  /// The engine's timer service (ordo/timer.hpp, ordo::io's sleep_for),
+  /// started by the first call. Lives until the engine's destructor, which
+  /// destroys it before draining.
+  static TimerService& timers(Engine& engine);
 
   /// From now on one idle CPU worker of `engine` at a time may run `task`
   /// (detail::IdleTask) instead of sleeping. False where none can: the

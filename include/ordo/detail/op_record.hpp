@@ -97,6 +97,7 @@ struct DirectRun {
   /// (no reference taken), which end_direct decrements.
   OperatorRecord* oper = nullptr;
   Context ctx{};
+  bool error_to_awaiter = false;  ///< OpAttrs::error_to_awaiter (end_direct leaves no error on the variables)
   RunningOp self{};
   const RunningOp* outer = nullptr;  ///< the thread's ThreadState::running before
   AccessSpec local[kMaxAccess];
@@ -139,6 +140,9 @@ struct alignas(64) OpRecord {
   /// Counted in the engine's in-flight count (set by the push). An op that
   /// runs to completion inside its push is not (EngineCore::submit).
   bool counted = true;
+  /// OpAttrs::error_to_awaiter: the op's own error is not left on its
+  /// variables (EngineCore::complete). Set by the push.
+  bool error_to_awaiter = false;
   std::uint16_t n_access = 0;
   /// The first accesses (in variable address order), if they fit inline.
   AccessNode inline_access[kInlineAccess];

@@ -1,0 +1,116 @@
+// ordo::io::read_file and the line reader (issue 32, item 9), on every
+// backend of this build.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/test_util.hpp"
+#include "ordo/io/files.hpp"
+#include "ordo/task.hpp"
+
+namespace ordo::io {
+namespace {
+
+std::vector<Backend> backends() {
+  std::vector<Backend> out;
+#if defined(ORDO_IO_HAVE_URING)
+  out.push_back(Backend::uring);
+#endif
+  out.push_back(Backend::threads);
+  return out;
+}
+
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& content) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ordo_files_XXXXXX").string();
+    const int fd = ::mkstemp(tmpl.data());
+    ::close(fd);
+    path = tmpl;
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+class Files : public ::testing::TestWithParam<Backend> {
+ protected:
+  Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 2}};
+  Reactor io{engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}}};
+};
+
+TEST_P(Files, ReadFileReturnsTheWholeContent) {
+  const std::uint64_t seed = ordo::test::test_seed("read_file");
+  std::mt19937_64 rng(seed);
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{100000 + rng() % 300000}}) {
+    std::string content(size, '\0');
+    for (char& c : content) c = static_cast<char>(rng());
+    TempFile f(content);
+    EXPECT_EQ(sync_wait(read_file(io, f.path.string())), content) << "size " << size << " seed " << seed;
+  }
+  try {
+    (void)sync_wait(read_file(io, "/nonexistent/ordo/file"));
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+  }
+}
+
+TEST_P(Files, LineReaderOnAFileMatchesASerialSplit) {
+  const std::uint64_t seed = ordo::test::test_seed("line_reader");
+  std::mt19937_64 rng(seed);
+  std::string content;
+  std::vector<std::string> expected;
+  const int n = 500;
+  for (int i = 0; i < n; ++i) {
+    std::string line(rng() % 200, 'x');
+    for (char& c : line) c = static_cast<char>('a' + rng() % 26);
+    expected.push_back(line);
+    content += line + (i % 3 == 0 ? "\r\n" : "\n");
+  }
+  content += "last-without-newline";
+  expected.push_back("last-without-newline");
+  TempFile f(content);
+  const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto read_all = [&]() -> Task<std::vector<std::string>> {
+    std::vector<std::string> out;
+    auto gen = lines(io, fd, LineReader::Kind::file, 1 + rng() % 300);  // small chunks: lines span reads
+    while (auto l = co_await gen.next()) out.push_back(std::move(*l));
+    co_return out;
+  };
+  EXPECT_EQ(sync_wait(read_all()), expected) << "seed " << seed;
+  ::close(fd);
+}
+
+TEST_P(Files, LineReaderOnASocket) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const std::string data = "GET a\nSET b 1\r\nQUIT";
+  ASSERT_EQ(::send(sv[1], data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
+  ::shutdown(sv[1], SHUT_WR);
+  LineReader reader(io, sv[0], LineReader::Kind::socket, 4);
+  auto read_all = [&]() -> Task<std::vector<std::string>> {
+    std::vector<std::string> out;
+    while (auto l = co_await reader.next()) out.push_back(*l);
+    co_return out;
+  };
+  EXPECT_EQ(sync_wait(read_all()), (std::vector<std::string>{"GET a", "SET b 1", "QUIT"}));
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Files, ::testing::ValuesIn(backends()),
+                         [](const ::testing::TestParamInfo<Backend>& i) {
+                           return i.param == Backend::threads ? std::string("threads") : std::string("uring");
+                         });
+
+}  // namespace
+}  // namespace ordo::io
