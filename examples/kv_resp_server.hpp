@@ -25,9 +25,10 @@
 // the coroutine toolkit has one).
 //
 // stop() (SIGINT/SIGTERM in kv_server.cpp, or the SHUTDOWN command): stops
-// accepting, lets every connection finish the requests it has read and
-// write their replies, then closes them; io_context::run() returns and the
-// engine's destructor drains what remains.
+// accepting, cancels the reads of idle connections, lets every other one
+// finish the requests it has read and write their replies, then closes
+// them all; io_context::run() returns and the engine's destructor drains
+// what remains.
 #pragma once
 
 #include <asio.hpp>
@@ -38,7 +39,7 @@
 #include <exception>
 #include <functional>
 #include <queue>
-#include <set>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,7 +87,10 @@ class Server {
     asio::error_code ec;
     acceptor_.close(ec);
     expiry_.cancel();
-    for (auto* s : sessions_) s->shutdown(asio::ip::tcp::socket::shutdown_receive, ec);
+    // A connection waiting for a request stops now; one running requests
+    // stops after writing their replies (its loop sees stopping_).
+    for (auto& [sock, reading] : sessions_)
+      if (*reading) sock->cancel(ec);
   }
 
   /// Called once by stop(), on the io thread (kv_server cancels its signal wait).
@@ -149,7 +153,8 @@ class Server {
   }
 
   asio::awaitable<void> session(asio::ip::tcp::socket sock) {
-    sessions_.insert(&sock);
+    bool reading = false;
+    sessions_.emplace(&sock, &reading);
     asio::error_code ec;
     sock.set_option(asio::ip::tcp::no_delay(true), ec);
     std::string in;
@@ -157,7 +162,7 @@ class Server {
     std::vector<std::string> argv;
     std::string err;
     bool close = false;
-    while (!close) {
+    while (!close && !stopping_) {
       if (pos == in.size()) {
         in.clear();
         pos = 0;
@@ -168,8 +173,10 @@ class Server {
       const std::size_t have = in.size();
       const std::size_t chunk = std::max<std::size_t>(16384, std::min<std::size_t>(have, 1U << 20));
       in.resize(have + chunk);
+      reading = true;
       auto [rec, n] = co_await sock.async_read_some(asio::buffer(in.data() + have, chunk),
                                                     asio::experimental::as_tuple(asio::use_awaitable));
+      reading = false;
       in.resize(have + n);
       if (rec) break;  // closed by the client, or stop()
       Batch b;
@@ -308,7 +315,8 @@ class Server {
                       std::greater<>>
       deadlines_;                                  ///< io thread
   std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
-  std::set<asio::ip::tcp::socket*> sessions_;      ///< io thread
+  /// Open connections, and whether each waits in a read. io thread.
+  std::map<asio::ip::tcp::socket*, bool*> sessions_;
   bool stopping_ = false;                          ///< io thread
   std::function<void()> on_stop_;
 };

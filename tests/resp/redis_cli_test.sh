@@ -79,6 +79,12 @@ piped=$(for i in $(seq 1 1000); do printf 'INCR piped\r\nSET key:%d %d\r\n' "$i"
 echo "$piped" | grep -q 'errors: 0, replies: 2000' || { echo "FAIL: --pipe: $piped"; failures=$((failures + 1)); }
 check '"1000"' get piped
 check '"777"' get key:777
+# SIGTERM with a connection open and idle: the server still stops (and closes it).
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'PING\r\n' >&3
+read -r -t 30 pong <&3
+[ "$pong" = $'+PONG\r' ] || { echo "FAIL: PING on a raw connection: '$pong'"; failures=$((failures + 1)); }
 stop_server
+exec 3<&-
 [ "$failures" -eq 0 ] || { echo "$failures failures"; exit 1; }
 echo "redis-cli: every check passed"

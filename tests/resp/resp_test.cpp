@@ -5,6 +5,7 @@
 // redis_cli_test.sh / redis_benchmark_test.sh; fuzz_test.cpp feeds garbage.
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -257,6 +258,28 @@ TEST_P(Resp, VariablesFollowTheKeys) {
   EXPECT_EQ(s.variables(), GetParam() == 0 ? 0U : GetParam());
   EXPECT_EQ(c.call({"SET", "k0", "again"}), ok);
   EXPECT_EQ(c.call({"GET", "k0"}), bulk("again"));
+}
+
+// stop() (SIGINT/SIGTERM in kv_server) with a connection idle in a read and
+// one whose pipelined requests are being answered: both get every reply to
+// what they sent, then EOF, and the server stops (regression: shutting the
+// read side down did not wake an idle connection's read, so it never stopped).
+TEST_P(Resp, StopAnswersWhatWasReadThenClosesIdleConnections) {
+  auto s = std::make_unique<TestServer>(options());
+  Client idle(s->port());
+  EXPECT_EQ(idle.call({"PING"}), "+PONG\r\n");
+  Client busy(s->port());
+  std::string batch;
+  for (int i = 0; i < 200; ++i) batch += kv::resp::request({"INCR", "n"});
+  busy.send_raw(batch);
+  EXPECT_EQ(busy.reply(), integer(1));  // the server is serving it
+  s.reset();                            // stop(), io thread joined, engine drained
+  EXPECT_EQ(idle.read_to_eof(), "");
+  const std::string rest = busy.read_to_eof();
+  // Whatever the server had read is answered, in order; the rest is dropped.
+  std::string want;
+  for (int i = 2; want.size() < rest.size(); ++i) want += integer(i);
+  EXPECT_EQ(rest, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, Resp, ::testing::Values(0U, 8U),
