@@ -1,6 +1,6 @@
 // examples/kv_resp_server.hpp - kv_server's RESP2 mode: a Redis-protocol
 // string store embedding ordo, driven by redis-cli and redis-benchmark
-// (`kv_server --resp`; commands and keyspace in kv_resp_store.hpp).
+// (`kv_server --resp`; commands in kv_resp_commands.hpp, keyspace in kv_resp_keyspace.hpp).
 //
 // One io thread runs every connection as an Asio coroutine. Each read may
 // bring many requests (pipelining): the complete ones are planned on the io
@@ -45,13 +45,13 @@
 #include <vector>
 
 #include "kv_resp.hpp"
-#include "kv_resp_store.hpp"
+#include "kv_resp_commands.hpp"
 
 namespace kv::resp {
 
 struct ServerOptions {
   unsigned threads = 0;  ///< engine CPU workers (0: one per core)
-  unsigned shards = 0;   ///< 0: a variable per key; N: N shard variables (kv_resp_store.hpp)
+  unsigned shards = 0;   ///< 0: a variable per key; N: N shard variables (kv_resp_keyspace.hpp)
   Limits limits{};
   std::size_t max_value_bytes = 512U << 20;  ///< APPEND / SET beyond it fail
   /// Push requests without SPINSET with OpAttrs::inline_ok, so ordo::asio may
