@@ -143,6 +143,14 @@ class Server {
   /// Starts accepting; returns at once (the io_context runs the server).
   void start() { asio::co_spawn(io_, accept_loop(), asio::detached); }
 
+  /// Stops accepting and stops the io_context (SIGINT / SIGTERM); requests
+  /// already pushed still run: the engine's destructor drains them.
+  void stop() {
+    asio::error_code ec;
+    acceptor_.close(ec);
+    io_.stop();
+  }
+
   /// Executes one request; runs on a worker (engine mode) or inline.
   /// `vals` is the store; the caller guarantees the accesses.
   static std::string execute(const Request& r, std::vector<std::int64_t>& vals, unsigned work_us) {

@@ -9,6 +9,8 @@
 #                                            (with --write-docs: instructions per op under callgrind first)
 #   scripts/dev.sh bench-io [args]           the same set-up, then bench/ordo_io_bench (ordo::io beside fio
 #                                            and Asio; --write-docs writes docs/io-bench.md)
+#   scripts/dev.sh bench-resp [args]         the same set-up, then bench/resp/resp_bench.sh: kv_server --resp
+#                                            beside redis-server under redis-benchmark (figures in docs/asio.md)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,13 +18,14 @@ cd "$root"
 
 # clang: the consumer test (tests/consumer) also builds against the install with clang++.
 # Open MPI: ordo::dist and its tests (run under mpirun, 2 and 4 ranks).
+# redis-tools: redis-cli and redis-benchmark drive kv_server --resp in the tests (label resp).
 packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin redis-tools)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
-# fio for bench/io/) and valgrind for the instruction counts. Builds and tests
-# never need them.
-bench_packages=(libomp-dev libtbb-dev libstarpu-dev valgrind fio)
+# fio for bench/io/; redis-server for bench/resp/) and valgrind for the
+# instruction counts. Builds and tests never need them.
+bench_packages=(libomp-dev libtbb-dev libstarpu-dev valgrind fio redis-server)
 
 install_missing() {  # [extra packages...]
   local missing=()
@@ -35,6 +38,12 @@ install_missing() {  # [extra packages...]
   [ "$(id -u)" -ne 0 ] && sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # redis-server's package enables a system daemon on port 6379 where systemd
+  # runs; the bench starts its own on a free port: keep the daemon off.
+  if printf '%s\n' "${missing[@]}" | grep -qx redis-server && command -v systemctl >/dev/null &&
+     systemctl is-active --quiet redis-server 2>/dev/null; then
+    "${sudo[@]}" systemctl disable --now redis-server || true
+  fi
 }
 
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -109,8 +118,14 @@ case "$cmd" in
     configure_build build-release -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_EXAMPLES=OFF
     ./build-release/bench/ordo_io_bench "$@"
     ;;
+  bench-resp)
+    install_missing "${bench_packages[@]}"
+    # kv_server is an example: a Release build of it alone.
+    configure_build build-release-resp -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_BENCH=OFF
+    bench/resp/resp_bench.sh ./build-release-resp/examples/kv_server "$@"
+    ;;
   *)
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -1,0 +1,180 @@
+// examples/kv_resp.hpp - the Redis serialization protocol (RESP2) for the
+// RESP mode of kv_server (examples/kv_resp_server.hpp): an incremental
+// request parser with size limits, and reply encoders. No Asio, no ordo.
+//
+// A request is a multibulk array of bulk strings (what redis-cli and
+// redis-benchmark send: "*2\r\n$3\r\nGET\r\n$1\r\na\r\n") or an inline
+// command (one line of words, for telnet). Arguments are binary-safe.
+#pragma once
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kv::resp {
+
+struct Limits {
+  /// The most bytes one request may take (its frame, headers included); a
+  /// longer one is refused with an error and its connection closed.
+  std::size_t max_request_bytes = 16U << 20;
+  /// The longest inline command line, and the longest header line.
+  std::size_t max_inline_bytes = 64U << 10;
+  /// The most arguments one request may carry.
+  std::size_t max_args = 1U << 20;
+};
+
+enum class Status {
+  complete,    ///< argv holds one request; pos moved past it (argv may be empty: nothing to do)
+  incomplete,  ///< more bytes are needed; pos unchanged
+  error,       ///< malformed or too large: err holds the message (without "-ERR ")
+};
+
+inline bool parse_int(std::string_view s, std::int64_t& out) {
+  if (s.empty()) return false;
+  const char* b = s.data();
+  if (*b == '+') return false;  // from_chars refuses it anyway; be explicit
+  auto [p, ec] = std::from_chars(b, b + s.size(), out);
+  return ec == std::errc{} && p == b + s.size();
+}
+
+/// Parses one request from in[pos..]. Never reads past in.size().
+inline Status parse(std::string_view in, std::size_t& pos, std::vector<std::string>& argv, std::string& err,
+                    const Limits& lim) {
+  argv.clear();
+  if (pos >= in.size()) return Status::incomplete;
+  auto fail = [&](std::string msg) {
+    err = "Protocol error: " + std::move(msg);
+    return Status::error;
+  };
+  std::size_t p = pos;
+  if (in[p] != '*') {
+    // Inline command: words separated by spaces, up to "\n" (a "\r" before it is dropped).
+    const std::size_t nl = in.find('\n', p);
+    if (nl == std::string_view::npos) {
+      if (in.size() - p > lim.max_inline_bytes) return fail("too big inline request");
+      return Status::incomplete;
+    }
+    if (nl - p > lim.max_inline_bytes) return fail("too big inline request");
+    std::string_view line = in.substr(p, nl - p);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      std::size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
+      if (j > i) {
+        if (argv.size() >= lim.max_args) return fail("too many arguments");
+        argv.emplace_back(line.substr(i, j - i));
+      }
+      i = j;
+    }
+    pos = nl + 1;
+    return Status::complete;
+  }
+  // "<prefix><number>\r\n" at p: the number, or incomplete / error.
+  auto header = [&](char prefix, std::int64_t& n, Status& st) -> bool {
+    if (p >= in.size()) {
+      st = Status::incomplete;
+      return false;
+    }
+    if (in[p] != prefix) {
+      st = fail(std::string("expected '") + prefix + "', got '" + in[p] + "'");
+      return false;
+    }
+    const std::size_t eol = in.find("\r\n", p);
+    if (eol == std::string_view::npos) {
+      st = in.size() - p > lim.max_inline_bytes ? fail("too big header line") : Status::incomplete;
+      return false;
+    }
+    if (!parse_int(in.substr(p + 1, eol - p - 1), n)) {
+      st = fail(prefix == '*' ? "invalid multibulk length" : "invalid bulk length");
+      return false;
+    }
+    p = eol + 2;
+    return true;
+  };
+  Status st = Status::incomplete;
+  std::int64_t count = 0;
+  if (!header('*', count, st)) return st;
+  if (count > static_cast<std::int64_t>(lim.max_args)) return fail("invalid multibulk length");
+  if (count <= 0) {  // "*0" / "*-1": an empty request, ignored as Redis does
+    pos = p;
+    return Status::complete;
+  }
+  argv.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t len = 0;
+    if (!header('$', len, st)) {
+      argv.clear();
+      return st;
+    }
+    if (len < 0) return fail("invalid bulk length");
+    if (static_cast<std::uint64_t>(len) > lim.max_request_bytes ||
+        p - pos + static_cast<std::size_t>(len) + 2 > lim.max_request_bytes) {
+      argv.clear();
+      return fail("request larger than " + std::to_string(lim.max_request_bytes) + " bytes");
+    }
+    const auto n = static_cast<std::size_t>(len);
+    if (in.size() - p < n + 2) {
+      argv.clear();
+      return Status::incomplete;
+    }
+    if (in[p + n] != '\r' || in[p + n + 1] != '\n') {
+      argv.clear();
+      return fail("bulk string not terminated by CRLF");
+    }
+    argv.emplace_back(in.substr(p, n));
+    p += n + 2;
+  }
+  pos = p;
+  return Status::complete;
+}
+
+// Reply encoders: each appends one RESP2 value to `o`.
+inline void simple(std::string& o, std::string_view s) {
+  o += '+';
+  o += s;
+  o += "\r\n";
+}
+inline void error(std::string& o, std::string_view msg) {  // msg starts with its code: "ERR ...", "WRONGTYPE ..."
+  o += '-';
+  o += msg;
+  o += "\r\n";
+}
+inline void integer(std::string& o, std::int64_t n) {
+  char b[24];
+  auto r = std::to_chars(b, b + sizeof b, n);
+  o += ':';
+  o.append(b, r.ptr);
+  o += "\r\n";
+}
+inline void bulk(std::string& o, std::string_view s) {
+  char b[24];
+  auto r = std::to_chars(b, b + sizeof b, s.size());
+  o += '$';
+  o.append(b, r.ptr);
+  o += "\r\n";
+  o.append(s);
+  o += "\r\n";
+}
+inline void null_bulk(std::string& o) { o += "$-1\r\n"; }
+inline void array(std::string& o, std::size_t n) {
+  char b[24];
+  auto r = std::to_chars(b, b + sizeof b, n);
+  o += '*';
+  o.append(b, r.ptr);
+  o += "\r\n";
+}
+
+/// Encodes a request as a multibulk array (what clients send).
+inline std::string request(const std::vector<std::string>& argv) {
+  std::string o;
+  array(o, argv.size());
+  for (const auto& a : argv) bulk(o, a);
+  return o;
+}
+
+}  // namespace kv::resp

@@ -1,0 +1,324 @@
+// examples/kv_resp_server.hpp - kv_server's RESP2 mode: a Redis-protocol
+// string store embedding ordo, driven by redis-cli and redis-benchmark
+// (`kv_server --resp`; commands in kv_resp_commands.hpp, keyspace in kv_resp_keyspace.hpp).
+//
+// One io thread runs every connection as an Asio coroutine. Each read may
+// bring many requests (pipelining): the complete ones are planned on the io
+// thread and pushed as ONE op (ordo::asio::push, use_awaitable) that reads
+// the variables of the keys they read and mutates those of the keys they
+// write; the op runs the requests in order and returns their replies, which
+// are written back in one write. So requests naming a common key (one of
+// them writing it) run in the order the server accepted them, the rest in
+// parallel on the engine's workers, and the io thread keeps serving other
+// connections meanwhile. MGET / MSET / DEL name all their keys in one op: a
+// consistent snapshot, an all-or-nothing transaction.
+//
+// Errors: a failed command answers "-ERR ..." and changes nothing
+// (execute() never throws, so no error is ever stored on a key's variable).
+// A malformed or too large request gets "-ERR Protocol error: ..." after
+// the replies of the requests before it, and its connection is closed;
+// nothing else is affected.
+//
+// Expiry (SET EX/PX): lazily, on access (a value past its deadline is
+// absent), plus an Asio timer on the io thread that pushes an op erasing the
+// keys whose deadline passed (the timer would be ordo's own sleep_for once
+// the coroutine toolkit has one).
+//
+// stop() (SIGINT/SIGTERM in kv_server.cpp, or the SHUTDOWN command): stops
+// accepting, cancels the reads of idle connections, lets every other one
+// finish the requests it has read and write their replies, then closes
+// them all; io_context::run() returns and the engine's destructor drains
+// what remains.
+#pragma once
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <ordo/asio.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <queue>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv_resp.hpp"
+#include "kv_resp_commands.hpp"
+
+namespace kv::resp {
+
+struct ServerOptions {
+  unsigned threads = 0;  ///< engine CPU workers (0: one per core)
+  unsigned shards = 0;   ///< 0: a variable per key; N: N shard variables (kv_resp_keyspace.hpp)
+  Limits limits{};
+  std::size_t max_value_bytes = 512U << 20;  ///< APPEND / SET beyond it fail
+  /// Push requests without SPINSET with OpAttrs::inline_ok, so ordo::asio may
+  /// run them on the io thread where a hop to a worker would only add
+  /// wake-ups ("Where fn runs" in docs/asio.md).
+  bool inline_ok = true;
+  std::uint16_t port = 0;  ///< 0: a free port
+};
+
+class Server {
+ public:
+  Server(asio::io_context& io, const ServerOptions& opt)
+      : io_(io),
+        opt_(opt),
+        keys_(opt.shards),
+        engine_(engine_options(opt)),
+        acceptor_(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), opt.port)),
+        expiry_(io) {
+    keys_.init(engine_);
+  }
+
+  [[nodiscard]] std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+  /// Starts accepting; returns at once (the io_context runs the server).
+  void start() { asio::co_spawn(io_, accept_loop(), asio::detached); }
+
+  /// Stops accepting and closes every connection once the requests it has
+  /// read are answered. Call on the io thread (or post it there).
+  void stop() {
+    if (stopping_) return;
+    stopping_ = true;
+    if (on_stop_) on_stop_();
+    asio::error_code ec;
+    acceptor_.close(ec);
+    expiry_.cancel();
+    // A connection waiting for a request stops now; one running requests
+    // stops after writing their replies (its loop sees stopping_).
+    for (auto& [sock, reading] : sessions_)
+      if (*reading) sock->cancel(ec);
+  }
+
+  /// Called once by stop(), on the io thread (kv_server cancels its signal wait).
+  void on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
+
+  /// Variables guarding keys right now (per-key mode) or shards. io thread.
+  [[nodiscard]] std::size_t variables() const { return keys_.variables(); }
+
+ private:
+  static ordo::Options engine_options(const ServerOptions& opt) {
+    ordo::Options o;
+    o.cpu_workers = opt.threads;
+    return o;
+  }
+
+  asio::awaitable<void> accept_loop() {
+    while (!stopping_) {
+      auto [ec, sock] = co_await acceptor_.async_accept(asio::experimental::as_tuple(asio::use_awaitable));
+      if (ec == asio::error::operation_aborted || stopping_) co_return;
+      if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
+      asio::co_spawn(io_, session(std::move(sock)), asio::detached);
+    }
+  }
+
+  /// The requests of one read, planned, with the slots of their keys.
+  struct Batch {
+    std::vector<Plan> plans;
+    std::vector<Slot> slots;  ///< each plan's keys in turn; all-key plans: every slot
+    std::int64_t now = 0;
+  };
+
+  /// Runs a batch on the io thread (no keys) or as one op; returns the replies.
+  asio::awaitable<std::string> run(Batch& b) {
+    std::vector<ordo::Var> reads, writes;
+    bool spin = false;
+    std::size_t at = 0;
+    for (const Plan& p : b.plans) {
+      const std::size_t n = p.slot_count();
+      for (std::size_t i = 0; i < n; ++i) (p.writes ? writes : reads).push_back(b.slots[at + i].var);
+      at += n;
+      spin |= p.op == Plan::Op::spinset;
+    }
+    const std::size_t max_value = opt_.max_value_bytes;
+    auto exec = [&b, max_value] {
+      std::string out;
+      std::size_t pos = 0;
+      for (const Plan& p : b.plans) {
+        const std::size_t n = p.slot_count();
+        execute(p, b.slots.data() + pos, n, b.now, max_value, out);
+        pos += n;
+      }
+      return out;
+    };
+    if (reads.empty() && writes.empty()) co_return exec();  // PING, COMMAND, errors: nothing to order
+    // A var both read and written counts as written (the engine normalises the lists).
+    const ordo::OpAttrs attrs{.name = "resp batch", .inline_ok = opt_.inline_ok && !spin};
+    auto op = ordo::asio::push(engine_, ordo::VarSpan(reads), ordo::VarSpan(writes), std::move(exec),
+                               ordo::Context::cpu(), attrs, asio::use_awaitable);
+    co_return co_await std::move(op);
+  }
+
+  asio::awaitable<void> session(asio::ip::tcp::socket sock) {
+    bool reading = false;
+    sessions_.emplace(&sock, &reading);
+    asio::error_code ec;
+    sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    std::string in;
+    std::size_t pos = 0;
+    std::vector<std::string> argv;
+    std::string err;
+    bool close = false;
+    while (!close && !stopping_) {
+      if (pos == in.size()) {
+        in.clear();
+        pos = 0;
+      } else if (pos > 0) {
+        in.erase(0, pos);
+        pos = 0;
+      }
+      const std::size_t have = in.size();
+      const std::size_t chunk = std::max<std::size_t>(16384, std::min<std::size_t>(have, 1U << 20));
+      in.resize(have + chunk);
+      reading = true;
+      auto [rec, n] = co_await sock.async_read_some(asio::buffer(in.data() + have, chunk),
+                                                    asio::experimental::as_tuple(asio::use_awaitable));
+      reading = false;
+      in.resize(have + n);
+      if (rec) break;  // closed by the client, or stop()
+      Batch b;
+      b.now = now_ms();
+      std::string tail;  // a protocol error's reply, after the batch's
+      bool shutdown = false;
+      for (;;) {
+        const Status st = parse(in, pos, argv, err, opt_.limits);
+        if (st == Status::incomplete) {
+          if (in.size() - pos > opt_.limits.max_request_bytes) {
+            error(tail, "ERR Protocol error: request larger than " + std::to_string(opt_.limits.max_request_bytes) + " bytes");
+            close = true;
+          }
+          break;
+        }
+        if (st == Status::error) {
+          error(tail, "ERR " + err);
+          close = true;
+          break;
+        }
+        if (argv.empty()) continue;
+        add(b, plan(std::move(argv), b.now));
+        if (b.plans.back().quit) {
+          close = true;
+          shutdown = b.plans.back().shutdown;
+          break;
+        }
+      }
+      std::string out;
+      if (!b.plans.empty()) {
+        try {
+          out = co_await run(b);
+        } catch (const std::exception& e) {  // the engine refused the push: not expected
+          out.clear();
+          error(out, std::string("ERR internal error: ") + e.what());
+          close = true;
+        }
+        release(b);
+      }
+      out += tail;
+      if (!out.empty()) {
+        auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(out), asio::experimental::as_tuple(asio::use_awaitable));
+        (void)wn;
+        if (wec) break;
+      }
+      if (shutdown) stop();
+    }
+    sessions_.erase(&sock);
+    sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+  }
+
+  /// Appends a plan and the slots of its keys (io thread).
+  void add(Batch& b, Plan p) {
+    if (p.all_keys) {
+      const std::size_t before = b.slots.size();
+      keys_.all(b.slots);
+      p.num = static_cast<std::int64_t>(b.slots.size() - before);
+    } else {
+      for (std::size_t i = 0, n = p.key_count(); i < n; ++i) b.slots.push_back(keys_.resolve(p.key(i)));
+    }
+    if (p.op == Plan::Op::set && p.deadline_ms != 0) schedule_expiry(p.deadline_ms, p.key(0));
+    b.plans.push_back(std::move(p));
+  }
+
+  /// After the batch's op finished: per-key entries whose key is gone go.
+  void release(Batch& b) {
+    std::size_t at = 0;
+    for (const Plan& p : b.plans) {
+      if (p.all_keys) {
+        const std::size_t n = p.slot_count();
+        keys_.release_all(std::vector<Slot>(b.slots.begin() + static_cast<std::ptrdiff_t>(at),
+                                            b.slots.begin() + static_cast<std::ptrdiff_t>(at + n)));
+        at += n;
+      } else {
+        for (std::size_t i = 0, n = p.key_count(); i < n; ++i) keys_.release(b.slots[at + i], p.key(i));
+        at += p.key_count();
+      }
+    }
+  }
+
+  // ---- expiry: a min-heap of (deadline, key), one Asio timer (io thread) ----
+  void schedule_expiry(std::int64_t deadline, const std::string& key) {
+    deadlines_.emplace(deadline, key);
+    if (armed_ == 0 || deadline < armed_) arm(deadline);
+  }
+  void arm(std::int64_t deadline) {
+    if (stopping_) return;
+    armed_ = deadline;
+    expiry_.expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, deadline - now_ms())));
+    expiry_.async_wait([this, deadline](asio::error_code ec) {
+      if (ec || deadline != armed_) return;  // cancelled, or re-armed earlier
+      armed_ = 0;
+      asio::co_spawn(io_, sweep(), asio::detached);
+    });
+  }
+  /// Erases the keys whose deadline has passed, as one op mutating them.
+  asio::awaitable<void> sweep() {
+    Batch b;
+    b.now = now_ms();
+    Plan p;
+    p.op = Plan::Op::expire_sweep;
+    p.writes = true;
+    p.key_step = 1;
+    p.argv.emplace_back("expire");
+    while (!deadlines_.empty() && deadlines_.top().first <= b.now && p.argv.size() < 1025) {
+      p.argv.push_back(deadlines_.top().second);
+      deadlines_.pop();
+    }
+    std::vector<Slot> slots;
+    std::vector<std::string> keys{p.argv[0]};
+    for (std::size_t i = 1; i < p.argv.size(); ++i) {
+      Slot s;
+      if (keys_.resolve_existing(p.argv[i], s)) {
+        slots.push_back(s);
+        keys.push_back(p.argv[i]);
+      }
+    }
+    p.argv = std::move(keys);
+    b.slots = std::move(slots);
+    if (!deadlines_.empty()) arm(deadlines_.top().first);
+    if (p.argv.size() > 1) {
+      b.plans.push_back(std::move(p));
+      co_await run(b);
+      release(b);
+    }
+  }
+
+  asio::io_context& io_;
+  ServerOptions opt_;
+  Keyspace keys_;        ///< before engine_: the values outlive the engine's drain
+  ordo::Engine engine_;  ///< drained (every op finished) before keys_ goes
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer expiry_;
+  std::priority_queue<std::pair<std::int64_t, std::string>, std::vector<std::pair<std::int64_t, std::string>>,
+                      std::greater<>>
+      deadlines_;                                  ///< io thread
+  std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
+  /// Open connections, and whether each waits in a read. io thread.
+  std::map<asio::ip::tcp::socket*, bool*> sessions_;
+  bool stopping_ = false;                          ///< io thread
+  std::function<void()> on_stop_;
+};
+
+}  // namespace kv::resp

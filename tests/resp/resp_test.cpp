@@ -1,0 +1,288 @@
+// kv_server's RESP mode (examples/kv_resp*.hpp) in process: the parser, every
+// command and its errors, binary-safe values, pipelining, limits, the
+// key-to-variable schemes, expiry, and MGET/MSET/INCR under concurrency.
+// redis-cli and redis-benchmark drive the real program in
+// redis_cli_test.sh / redis_benchmark_test.sh; fuzz_test.cpp feeds garbage.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "resp/resp_test_util.hpp"
+
+namespace {
+
+using namespace resp_test;
+using kv::resp::Status;
+
+TEST(RespParse, MultibulkInlineAndIncomplete) {
+  const kv::resp::Limits lim;
+  std::vector<std::string> argv;
+  std::string err;
+  const std::string frame = "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$4\r\nx\0\r\n\r\n";
+  const std::string bytes(frame.data(), frame.size());
+  // Every proper prefix is incomplete, and leaves pos alone.
+  const std::string full = "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$4\r\nx" + std::string(1, '\0') + "\r\n\r\n";
+  for (std::size_t cut = 0; cut < full.size(); ++cut) {
+    std::size_t pos = 0;
+    EXPECT_EQ(kv::resp::parse(std::string_view(full).substr(0, cut), pos, argv, err, lim), Status::incomplete) << cut;
+    EXPECT_EQ(pos, 0U);
+  }
+  std::size_t pos = 0;
+  ASSERT_EQ(kv::resp::parse(full, pos, argv, err, lim), Status::complete);
+  EXPECT_EQ(pos, full.size());
+  ASSERT_EQ(argv.size(), 3U);
+  EXPECT_EQ(argv[2], std::string("x\0\r\n", 4));  // binary-safe
+  pos = 0;
+  ASSERT_EQ(kv::resp::parse("set  a\tb\r\nPING\n", pos, argv, err, lim), Status::complete);
+  EXPECT_EQ(argv, (std::vector<std::string>{"set", "a", "b"}));
+  ASSERT_EQ(kv::resp::parse("set  a\tb\r\nPING\n", pos, argv, err, lim), Status::complete);
+  EXPECT_EQ(argv, (std::vector<std::string>{"PING"}));
+}
+
+TEST(RespParse, MalformedAndTooLarge) {
+  kv::resp::Limits lim;
+  lim.max_request_bytes = 100;
+  std::vector<std::string> argv;
+  std::string err;
+  for (const char* bad : {"*x\r\n", "*1\r\n:1\r\n", "*1\r\n$-2\r\n", "*1\r\n$1\r\nab\r\n", "*1\r\n$abc\r\n",
+                          "*2000000\r\n", "*1\r\n$101\r\n", "*2\r\n$50\r\n" /* fits */}) {
+    std::size_t pos = 0;
+    const Status st = kv::resp::parse(bad, pos, argv, err, lim);
+    if (std::string(bad) == "*2\r\n$50\r\n") {
+      EXPECT_EQ(st, Status::incomplete);
+    } else {
+      EXPECT_EQ(st, Status::error) << bad;
+      EXPECT_EQ(err.rfind("Protocol error: ", 0), 0U) << err;
+    }
+  }
+  // The whole request counts: two 60-byte arguments exceed 100 bytes.
+  const std::string big = kv::resp::request({std::string(60, 'a'), std::string(60, 'b')});
+  std::size_t pos = 0;
+  EXPECT_EQ(kv::resp::parse(big, pos, argv, err, lim), Status::error);
+  EXPECT_NE(err.find("larger than 100 bytes"), std::string::npos) << err;
+}
+
+class Resp : public ::testing::TestWithParam<unsigned> {  // shards (0: a variable per key)
+ protected:
+  kv::resp::ServerOptions options() const {
+    kv::resp::ServerOptions o;
+    o.shards = GetParam();
+    return o;
+  }
+};
+
+TEST_P(Resp, EveryCommandAndItsErrors) {
+  TestServer s(options());
+  Client c(s.port());
+  EXPECT_EQ(c.call({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(c.call({"ping", "hi"}), bulk("hi"));
+  EXPECT_EQ(c.call({"ECHO", "x"}), bulk("x"));
+  EXPECT_EQ(c.call({"GET", "a"}), nil);
+  EXPECT_EQ(c.call({"SET", "a", "1"}), ok);
+  EXPECT_EQ(c.call({"GET", "a"}), bulk("1"));
+  EXPECT_EQ(c.call({"INCR", "a"}), integer(2));
+  EXPECT_EQ(c.call({"INCRBY", "a", "40"}), integer(42));
+  EXPECT_EQ(c.call({"DECR", "a"}), integer(41));
+  EXPECT_EQ(c.call({"DECRBY", "a", "-1"}), integer(42));
+  EXPECT_EQ(c.call({"INCR", "n"}), integer(1));
+  EXPECT_EQ(c.call({"APPEND", "a", "x"}), integer(3));
+  EXPECT_EQ(c.call({"STRLEN", "a"}), integer(3));
+  EXPECT_EQ(c.call({"STRLEN", "none"}), integer(0));
+  EXPECT_EQ(c.call({"APPEND", "b", "yz"}), integer(2));
+  EXPECT_EQ(c.call({"MSET", "k1", "v1", "k2", "v2"}), ok);
+  EXPECT_EQ(c.call({"MGET", "k1", "none", "k2"}), "*3\r\n" + bulk("v1") + nil + bulk("v2"));
+  EXPECT_EQ(c.call({"EXISTS", "k1", "none", "k1"}), integer(2));
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(5));  // a n b k1 k2
+  EXPECT_EQ(c.call({"DEL", "k1", "none", "k2"}), integer(2));
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(3));
+  EXPECT_EQ(c.call({"SET", "a", "v", "NX"}), nil);
+  EXPECT_EQ(c.call({"SET", "new", "v", "XX"}), nil);
+  EXPECT_EQ(c.call({"SET", "new", "v", "NX"}), ok);
+  EXPECT_EQ(c.call({"PTTL", "new"}), integer(-1));
+  EXPECT_EQ(c.call({"TTL", "none"}), integer(-2));
+  EXPECT_EQ(c.call({"SET", "t", "v", "EX", "100"}), ok);
+  EXPECT_EQ(c.call({"TTL", "t"}), integer(100));
+  EXPECT_EQ(c.call({"FLUSHALL"}), ok);
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(0));
+  EXPECT_EQ(c.call({"COMMAND", "DOCS"}), "*0\r\n");
+  EXPECT_EQ(c.call({"CONFIG", "GET", "save"}), "*2\r\n" + bulk("save") + bulk(""));
+  // Errors: each answers -ERR and leaves the store alone.
+  EXPECT_EQ(c.call({"SET", "s", "abc"}), ok);
+  EXPECT_EQ(c.call({"INCR", "s"}), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c.call({"INCRBY", "s", "x"}), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c.call({"SET", "m", "9223372036854775807"}), ok);
+  EXPECT_EQ(c.call({"INCR", "m"}), "-ERR increment or decrement would overflow\r\n");
+  EXPECT_EQ(c.call({"GET", "m"}), bulk("9223372036854775807"));
+  EXPECT_EQ(c.call({"GET"}), "-ERR wrong number of arguments for 'get' command\r\n");
+  EXPECT_EQ(c.call({"MSET", "a"}), "-ERR wrong number of arguments for 'mset' command\r\n");
+  EXPECT_EQ(c.call({"MSET", "a", "1", "b"}), "-ERR wrong number of arguments for 'mset' command\r\n");
+  EXPECT_EQ(c.call({"SET", "a", "1", "EX", "0"}), "-ERR invalid expire time in 'set' command\r\n");
+  EXPECT_EQ(c.call({"SET", "a", "1", "PX", "x"}), "-ERR value is not an integer or out of range\r\n");
+  EXPECT_EQ(c.call({"SET", "a", "1", "NX", "XX"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c.call({"NOPE", "x"}), "-ERR unknown command 'NOPE', with args beginning with: 'x' \r\n");
+  EXPECT_EQ(c.call({"GET", "a"}), nil);
+  // The failed INCR left nothing on s's variable: later requests on s work.
+  EXPECT_EQ(c.call({"GET", "s"}), bulk("abc"));
+  EXPECT_EQ(c.call({"SET", "s", "5"}), ok);
+  EXPECT_EQ(c.call({"INCR", "s"}), integer(6));
+  EXPECT_EQ(c.call({"QUIT"}), ok);
+  EXPECT_EQ(c.read_to_eof(), "");
+}
+
+TEST_P(Resp, BinarySafeKeysAndValues) {
+  TestServer s(options());
+  Client c(s.port());
+  std::string key("k\0\r\n*1\r\n", 9), value;
+  for (int i = 0; i < 256; ++i) value += static_cast<char>(i);
+  EXPECT_EQ(c.call({"SET", key, value}), ok);
+  EXPECT_EQ(c.call({"GET", key}), bulk(value));
+  EXPECT_EQ(c.call({"APPEND", key, std::string(1, '\0')}), integer(257));
+  EXPECT_EQ(c.call({"GET", std::string("k")}), nil);
+}
+
+TEST_P(Resp, PipelinedRequestsAnswerInOrder) {
+  TestServer s(options());
+  Client c(s.port());
+  std::string batch, want;
+  for (int i = 0; i < 500; ++i) {
+    batch += kv::resp::request({"INCR", "p" + std::to_string(i % 7)});
+    want += integer(i / 7 + 1);
+    batch += kv::resp::request({"GET", "p" + std::to_string(i % 7)});
+    want += bulk(std::to_string(i / 7 + 1));
+  }
+  c.send_raw(batch);
+  std::string got;
+  for (int i = 0; i < 1000; ++i) got += c.reply();
+  EXPECT_EQ(got, want);
+}
+
+TEST_P(Resp, MalformedRequestClosesOnlyItsConnection) {
+  TestServer s(options());
+  Client good(s.port());
+  EXPECT_EQ(good.call({"SET", "a", "1"}), ok);
+  Client bad(s.port());
+  // A valid request, then garbage: the first is answered, then the error, then EOF.
+  bad.send_raw(kv::resp::request({"INCR", "a"}) + "*1\r\n$x\r\n" + kv::resp::request({"INCR", "a"}));
+  EXPECT_EQ(bad.read_to_eof(), integer(2) + "-ERR Protocol error: invalid bulk length\r\n");
+  EXPECT_EQ(good.call({"GET", "a"}), bulk("2"));
+}
+
+TEST_P(Resp, RequestOverTheLimitIsRefused) {
+  auto o = options();
+  o.limits.max_request_bytes = 1024;
+  TestServer s(o);
+  Client c(s.port());
+  EXPECT_EQ(c.call({"SET", "a", std::string(900, 'x')}), ok);
+  c.send({"SET", "b", std::string(2000, 'y')});
+  const std::string r = c.read_to_eof();
+  EXPECT_EQ(r.rfind("-ERR Protocol error: request larger than 1024 bytes", 0), 0U) << r;
+  Client d(s.port());
+  EXPECT_EQ(d.call({"EXISTS", "a", "b"}), integer(1));
+  // An inline line that never ends is refused too.
+  Client e(s.port());
+  e.send_raw(std::string(70000, 'z'));
+  EXPECT_EQ(e.read_to_eof().rfind("-ERR Protocol error: ", 0), 0U);
+}
+
+TEST_P(Resp, ExpiryLazyAndByTimer) {
+  TestServer s(options());
+  Client c(s.port());
+  EXPECT_EQ(c.call({"SET", "e", "v", "PX", "30"}), ok);
+  EXPECT_EQ(c.call({"SET", "f", "v", "PX", "30"}), ok);
+  EXPECT_EQ(c.call({"SET", "keep", "v"}), ok);
+  // Polling a clock-driven state, bounded (the expiry is what is tested).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (c.call({"DBSIZE"}) != integer(1) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(1));
+  EXPECT_EQ(c.call({"GET", "e"}), nil);
+  if (GetParam() == 0) {
+    // The timer's sweep erased f (never accessed since): its variable is gone.
+    while (s.variables() != 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(s.variables(), 1U);  // "keep"
+  }
+  EXPECT_EQ(c.call({"SET", "e", "w"}), ok);  // a new value, no TTL
+  EXPECT_EQ(c.call({"PTTL", "e"}), integer(-1));
+}
+
+TEST_P(Resp, MgetSeesWholeMsetsAndIncrIsAtomic) {
+  TestServer s(options());
+  constexpr int rounds = 300;
+  std::atomic<bool> torn{false};
+  std::vector<std::thread> ts;
+  std::set<long long> seen[2];
+  for (int w = 0; w < 2; ++w) {
+    ts.emplace_back([&, w] {
+      Client c(s.port());
+      for (int i = 0; i < rounds; ++i) {
+        const std::string v = std::to_string(w) + ":" + std::to_string(i);
+        if (c.call({"MSET", "x", v, "y", v, "z", v}) != ok) torn = true;
+        const std::string n = c.call({"INCR", "counter"});
+        seen[w].insert(std::stoll(n.substr(1)));
+      }
+    });
+  }
+  ts.emplace_back([&] {
+    Client c(s.port());
+    for (int i = 0; i < rounds; ++i) {
+      const std::string r = c.call({"MGET", "x", "z", "y"});
+      // "*3\r\n" then three equal values (or three nils before the first MSET).
+      const std::string body = r.substr(4);
+      const std::string first = body.substr(0, body.find("\r\n", body.find("\r\n") + 2) + 2);
+      if (body != first + first + first && body != nil + nil + nil) torn = true;
+    }
+  });
+  for (auto& t : ts) t.join();
+  EXPECT_FALSE(torn);
+  std::set<long long> all(seen[0]);
+  all.insert(seen[1].begin(), seen[1].end());
+  EXPECT_EQ(all.size(), 2U * rounds);  // every INCR reply distinct
+  Client c(s.port());
+  EXPECT_EQ(c.call({"GET", "counter"}), bulk(std::to_string(2 * rounds)));
+}
+
+TEST_P(Resp, VariablesFollowTheKeys) {
+  TestServer s(options());
+  Client c(s.port());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(c.call({"SET", "k" + std::to_string(i), "v"}), ok);
+  EXPECT_EQ(c.call({"GET", "missing"}), nil);
+  EXPECT_EQ(s.variables(), GetParam() == 0 ? 20U : GetParam());
+  EXPECT_EQ(c.call({"DEL", "k0", "k1"}), integer(2));
+  EXPECT_EQ(s.variables(), GetParam() == 0 ? 18U : GetParam());
+  EXPECT_EQ(c.call({"FLUSHALL"}), ok);
+  EXPECT_EQ(s.variables(), GetParam() == 0 ? 0U : GetParam());
+  EXPECT_EQ(c.call({"SET", "k0", "again"}), ok);
+  EXPECT_EQ(c.call({"GET", "k0"}), bulk("again"));
+}
+
+// stop() (SIGINT/SIGTERM in kv_server) with a connection idle in a read and
+// one whose pipelined requests are being answered: both get every reply to
+// what they sent, then EOF, and the server stops (regression: shutting the
+// read side down did not wake an idle connection's read, so it never stopped).
+TEST_P(Resp, StopAnswersWhatWasReadThenClosesIdleConnections) {
+  auto s = std::make_unique<TestServer>(options());
+  Client idle(s->port());
+  EXPECT_EQ(idle.call({"PING"}), "+PONG\r\n");
+  Client busy(s->port());
+  std::string batch;
+  for (int i = 0; i < 200; ++i) batch += kv::resp::request({"INCR", "n"});
+  busy.send_raw(batch);
+  EXPECT_EQ(busy.reply(), integer(1));  // the server is serving it
+  s.reset();                            // stop(), io thread joined, engine drained
+  EXPECT_EQ(idle.read_to_eof(), "");
+  const std::string rest = busy.read_to_eof();
+  // Whatever the server had read is answered, in order; the rest is dropped.
+  std::string want;
+  for (int i = 2; want.size() < rest.size(); ++i) want += integer(i);
+  EXPECT_EQ(rest, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, Resp, ::testing::Values(0U, 8U),
+                         [](const ::testing::TestParamInfo<unsigned>& p) { return p.param == 0 ? std::string("PerKey") : "Shards" + std::to_string(p.param); });
+
+}  // namespace
