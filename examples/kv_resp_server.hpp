@@ -146,7 +146,9 @@ class Server {
     };
     if (reads.empty() && writes.empty()) co_return exec();  // PING, COMMAND, errors: nothing to order
     // A var both read and written counts as written (the engine normalises the lists).
-    const ordo::OpAttrs attrs{.name = "resp batch", .inline_ok = opt_.inline_ok && !spin};
+    // error_to_awaiter: a failure that escapes the per-command catch (the
+    // reply's allocation) reaches this connection only, never the keys.
+    const ordo::OpAttrs attrs{.name = "resp batch", .inline_ok = opt_.inline_ok && !spin, .error_to_awaiter = true};
     auto op = ordo::asio::push(engine_, ordo::VarSpan(reads), ordo::VarSpan(writes), std::move(exec),
                                ordo::Context::cpu(), attrs, asio::use_awaitable);
     co_return co_await std::move(op);

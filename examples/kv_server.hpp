@@ -219,7 +219,9 @@ class Server {
     auto fn = [this, r = std::move(req)] { return execute(r, values_, opt_.work_us); };
     // Short requests may run on the io thread where that only saves wake-ups
     // (OpAttrs::inline_ok: they never block); others always go to a worker.
-    const ordo::OpAttrs attrs{.inline_ok = opt_.work_us < opt_.inline_ready_below_us};
+    // error_to_awaiter: a request that fails answers its own client and
+    // leaves nothing on its keys for the requests after it.
+    const ordo::OpAttrs attrs{.inline_ok = opt_.work_us < opt_.inline_ready_below_us, .error_to_awaiter = true};
     auto op = ordo::asio::push(engine_, mutates ? none : ordo::VarSpan(keys), mutates ? ordo::VarSpan(keys) : none,
                                std::move(fn), ordo::Context::cpu(), attrs, asio::use_awaitable);
     co_return co_await std::move(op);
@@ -241,7 +243,12 @@ class Server {
       // taken here is the order of the pushes (run() pushes before it
       // first suspends).
       const std::uint64_t seq = next_seq_++;
-      std::string reply = co_await run(std::move(req));
+      std::string reply;
+      try {
+        reply = co_await run(std::move(req));
+      } catch (const std::exception& e) {
+        reply = std::string("ERR ") + e.what();  // this request only (error_to_awaiter: its keys stay usable)
+      }
       reply += " " + std::to_string(seq) + "\n";
       auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(reply), asio::experimental::as_tuple(asio::use_awaitable));
       (void)wn;

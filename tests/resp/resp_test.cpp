@@ -175,14 +175,14 @@ TEST_P(Resp, RequestOverTheLimitIsRefused) {
   TestServer s(o);
   Client c(s.port());
   EXPECT_EQ(c.call({"SET", "a", std::string(900, 'x')}), ok);
-  c.send({"SET", "b", std::string(2000, 'y')});
+  c.send_refused(kv::resp::request({"SET", "b", std::string(2000, 'y')}));
   const std::string r = c.read_to_eof();
   EXPECT_EQ(r.rfind("-ERR Protocol error: request larger than 1024 bytes", 0), 0U) << r;
   Client d(s.port());
   EXPECT_EQ(d.call({"EXISTS", "a", "b"}), integer(1));
   // An inline line that never ends is refused too.
   Client e(s.port());
-  e.send_raw(std::string(70000, 'z'));
+  e.send_refused(std::string(70000, 'z'));
   EXPECT_EQ(e.read_to_eof().rfind("-ERR Protocol error: ", 0), 0U);
 }
 

@@ -59,6 +59,16 @@ class Client {
     ::setsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   void send_raw(const std::string& bytes) { asio::write(sock_, asio::buffer(bytes)); }
+  /// Sends a request the server may refuse before reading all of it: it
+  /// replies and closes, so the rest of the write may meet a closed peer
+  /// (EPIPE / ECONNRESET), which is then not an error.
+  void send_refused(const std::string& bytes) {
+    asio::error_code ec;
+    asio::write(sock_, asio::buffer(bytes), ec);
+    if (ec && ec != asio::error::broken_pipe && ec != asio::error::connection_reset) {
+      throw std::runtime_error("write: " + ec.message());
+    }
+  }
   void send(const std::vector<std::string>& argv) { send_raw(kv::resp::request(argv)); }
   std::string call(const std::vector<std::string>& argv) {
     send(argv);
