@@ -207,7 +207,7 @@ class Channel {
 
   /// Closes the channel (idempotent). See the header comment.
   void close() noexcept {
-    detail::WaitList woken;
+    detail::SettleList woken;
     {
       std::lock_guard lock(m_);
       if (closed_) return;
@@ -215,7 +215,7 @@ class Channel {
       while (Node* n = senders_.pop_front()) woken.push_back(n);
       while (Node* n = receivers_.pop_front()) woken.push_back(n);  // only while empty: none hold values
     }
-    while (Node* n = woken.pop_front()) n->settle(Outcome::closed);
+    woken.settle_all(Outcome::closed);
   }
   [[nodiscard]] bool closed() const noexcept {
     std::lock_guard lock(m_);

@@ -137,7 +137,7 @@ class Semaphore {
   /// Gives `n` permits back: the longest waiting acquirers get them first
   /// and resume on this thread (see the header comment).
   void release(std::ptrdiff_t n = 1) noexcept {
-    detail::WaitList granted;
+    detail::SettleList granted;
     {
       std::lock_guard lock(m_);
       while (n > 0 && !waiters_.empty()) {
@@ -146,7 +146,7 @@ class Semaphore {
       }
       count_ += n;
     }
-    while (detail::WaitNode* w = granted.pop_front()) w->settle(detail::WaitNode::Outcome::granted);
+    granted.settle_all(detail::WaitNode::Outcome::granted);
   }
 
   /// Free permits now (a snapshot).

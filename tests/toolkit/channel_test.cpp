@@ -84,6 +84,36 @@ TEST(Channel, CloseWakesWaitersAndKeepsBufferedValues) {
   EXPECT_EQ(received, (std::vector<std::optional<int>>{1, std::nullopt}));
 }
 
+// Regression (as Semaphore.AStopAfterTheGrantLeavesTheWaiterGranted): a
+// stop requested while close() settles its waiters must leave the ones it
+// already took alone: each receiver sees the channel closed, none is cancelled.
+TEST(Channel, AStopDuringCloseLeavesTheOtherReceiversClosed) {
+  Channel<int> ch(1);
+  std::stop_source second_stop;
+  int closed = 0;
+  int cancelled = 0;
+  AsyncScope scope;
+  auto first = [&]() -> Task<void> {
+    const std::optional<int> v = co_await ch.receive();
+    if (!v) ++closed;
+    second_stop.request_stop();
+  };
+  auto second = [&](std::stop_token st) -> Task<void> {
+    try {
+      const std::optional<int> v = co_await ch.receive(st);
+      if (!v) ++closed;
+    } catch (const CancelledError&) {
+      ++cancelled;
+    }
+  };
+  scope.spawn(first());
+  scope.spawn(second(second_stop.get_token()));
+  ch.close();
+  scope.sync_join();
+  EXPECT_EQ(closed, 2);
+  EXPECT_EQ(cancelled, 0);
+}
+
 TEST(Channel, CancelledSendAndReceive) {
   Channel<int> ch(1);
   ASSERT_TRUE(ch.try_send(1));

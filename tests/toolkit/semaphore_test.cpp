@@ -67,6 +67,39 @@ TEST(Semaphore, CancelBeforeGrantThrowsAndTakesNoPermit) {
   EXPECT_EQ(sem.available(), 1);
 }
 
+// Regression: release() settled the waiters it granted after unlocking,
+// from a list that marked them linked again; a stop requested meanwhile (here
+// by the first granted waiter, which resumes inside release) took the second
+// for still waiting, cancelled it and lost its permit. Found as a hang of
+// StressReleasesFromThreadsAndCancellations.
+TEST(Semaphore, AStopAfterTheGrantLeavesTheWaiterGranted) {
+  Semaphore sem(0);
+  std::stop_source second_stop;
+  int granted = 0;
+  int cancelled = 0;
+  AsyncScope scope;
+  auto first = [&]() -> Task<void> {
+    co_await sem.acquire();
+    ++granted;
+    second_stop.request_stop();  // the second waiter was granted by the same release
+  };
+  auto second = [&](std::stop_token st) -> Task<void> {
+    try {
+      co_await sem.acquire(st);
+      ++granted;
+    } catch (const CancelledError&) {
+      ++cancelled;
+    }
+  };
+  scope.spawn(first());
+  scope.spawn(second(second_stop.get_token()));
+  sem.release(2);
+  scope.sync_join();
+  EXPECT_EQ(granted, 2);
+  EXPECT_EQ(cancelled, 0);
+  EXPECT_EQ(sem.available(), 0);
+}
+
 class SemaphoreEngines : public ::testing::TestWithParam<EngineConfig> {};
 
 // Randomized: tasks hold a permit across engine ops (which resume them on

@@ -111,4 +111,37 @@ class WaitList {
   WaitNode* tail_ = nullptr;
 };
 
+/// Nodes unlinked from their owner's list under its lock, settled once the
+/// lock is released. Chained through `next` only: `linked` stays false, so a
+/// stop callback that runs meanwhile sees them completed and leaves them
+/// alone (a WaitList here would mark them linked again, and the callback
+/// would unlink them from the owner's list, which no longer holds them).
+class SettleList {
+ public:
+  /// Under the owner's lock, after the node was unlinked.
+  void push_back(WaitNode* n) noexcept {
+    n->next = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next = n;
+    } else {
+      head_ = n;
+    }
+    tail_ = n;
+  }
+  /// After the lock: settles every node in order (a settled node may be
+  /// destroyed at once, so its successor is read first).
+  void settle_all(WaitNode::Outcome o) noexcept {
+    for (WaitNode* n = head_; n != nullptr;) {
+      WaitNode* next = n->next;
+      n->settle(o);
+      n = next;
+    }
+    head_ = tail_ = nullptr;
+  }
+
+ private:
+  WaitNode* head_ = nullptr;
+  WaitNode* tail_ = nullptr;
+};
+
 }  // namespace ordo::detail
