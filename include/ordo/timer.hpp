@@ -7,8 +7,8 @@
 //
 // One mechanism per engine (detail::TimerService): deadlines kept in order and
 // expired by one timer thread, started by the first timer and joined by the
-// engine's destructor; no thread is blocked per timer. ordo::io's
-// Reactor::sleep_for uses the same service. The timer thread only posts:
+// engine's destructor; no thread is blocked per timer. (ordo::io's
+// Reactor::sleep_for still uses its backend's timers.) The timer thread only posts:
 // a sleeping coroutine resumes on a worker of the engine (Context::cpu(), or
 // the context given), never on the timer thread. A std::stop_token cancels a
 // sleep that has not expired: the coroutine resumes at once, on the thread
@@ -58,7 +58,11 @@ class [[nodiscard]] SleepAwaiter {
     service_ = &detail::EngineExtension::timers(*engine_);
     service_->arm(&node_);
     if (stop_.stop_possible()) on_stop_.emplace(stop_, Cancel{this});
-    return state_.exchange(kSuspended, std::memory_order_acq_rel) != kSettled;
+    if (state_.exchange(kSuspended, std::memory_order_acq_rel) != kSettled) return true;
+    if (cancelled_) return false;  // stopped while arming: goes on here, with CancelledError
+    // Expired while arming (on_fire left the post to this side): resumed
+    // on a worker all the same, never on the awaiting thread.
+    return post_resume(engine_, h, ctx_);
   }
   void await_resume() {
     on_stop_.reset();
@@ -83,16 +87,23 @@ class [[nodiscard]] SleepAwaiter {
       if (s->state_.exchange(kSettled, std::memory_order_acq_rel) == kSuspended) detail::resume(s->h_);
     }
   };
+  /// Hands `h` to a worker; true if posted. The caller touches the frame no
+  /// more: a worker may resume it at once.
+  static bool post_resume(Engine* engine, std::coroutine_handle<> h, Context ctx) noexcept {
+    try {
+      engine->post(detail::ResumeTask{h}, ctx, OpAttrs{.name = "ordo::sleep_for"});
+      return true;
+    } catch (...) {
+      return false;  // out of memory: resumed by the caller rather than lost
+    }
+  }
   /// On the timer thread: hands the coroutine to a worker (bookkeeping only).
+  /// Still arming: await_suspend sees the timer settled and posts it.
   static void on_fire(detail::TimerService::Timer* t) noexcept {
     SleepAwaiter* s = static_cast<Node*>(t)->self;
-    if (s->state_.exchange(kSettled, std::memory_order_acq_rel) != kSuspended) return;  // goes on by itself
+    if (s->state_.exchange(kSettled, std::memory_order_acq_rel) != kSuspended) return;
     const std::coroutine_handle<> h = s->h_;
-    try {
-      s->engine_->post(detail::ResumeTask{h}, s->ctx_, OpAttrs{.name = "ordo::sleep_for"});
-    } catch (...) {
-      detail::resume(h);  // the post failed (out of memory): resume here rather than lose the coroutine
-    }
+    if (!post_resume(s->engine_, h, s->ctx_)) detail::resume(h);
   }
 
   Engine* engine_;
