@@ -144,30 +144,23 @@ inline void error(std::string& o, std::string_view msg) {  // msg starts with it
   o += msg;
   o += "\r\n";
 }
-inline void integer(std::string& o, std::int64_t n) {
+/// A RESP line of a type byte and a number: ":5", "$3", "*2".
+template <class Int>
+inline void number_line(std::string& o, char type, Int n) {
   char b[24];
   auto r = std::to_chars(b, b + sizeof b, n);
-  o += ':';
+  o += type;
   o.append(b, r.ptr);
   o += "\r\n";
 }
+inline void integer(std::string& o, std::int64_t n) { number_line(o, ':', n); }
 inline void bulk(std::string& o, std::string_view s) {
-  char b[24];
-  auto r = std::to_chars(b, b + sizeof b, s.size());
-  o += '$';
-  o.append(b, r.ptr);
-  o += "\r\n";
+  number_line(o, '$', s.size());
   o.append(s);
   o += "\r\n";
 }
 inline void null_bulk(std::string& o) { o += "$-1\r\n"; }
-inline void array(std::string& o, std::size_t n) {
-  char b[24];
-  auto r = std::to_chars(b, b + sizeof b, n);
-  o += '*';
-  o.append(b, r.ptr);
-  o += "\r\n";
-}
+inline void array(std::string& o, std::size_t n) { number_line(o, '*', n); }
 
 /// Encodes a request as a multibulk array (what clients send).
 inline std::string request(const std::vector<std::string>& argv) {

@@ -88,16 +88,11 @@ class Channel {
         if (woken != nullptr || c_->buf_.size() != before) {
           node_.outcome = Outcome::granted;
         } else {
-          node_.slot = &value_;
-          node_.owner = c_;
-          node_.cancel = &Channel::cancel_waiter<true>;
-          c_->senders_.push_back(&node_);
+          c_->wait_locked(c_->senders_, node_, &value_, &Channel::cancel_waiter<true>);
           queued = true;
         }
       }
-      if (woken != nullptr) woken->settle(Outcome::granted);
-      if (!queued) return false;
-      return node_.arm(h, stop_);
+      return finish_suspend(node_, woken, queued, h, stop_);
     }
     void await_resume() {
       node_.disarm();
@@ -136,16 +131,11 @@ class Channel {
         } else if (c_->closed_) {
           node_.outcome = Outcome::closed;
         } else {
-          node_.slot = &out_;
-          node_.owner = c_;
-          node_.cancel = &Channel::cancel_waiter<false>;
-          c_->receivers_.push_back(&node_);
+          c_->wait_locked(c_->receivers_, node_, &out_, &Channel::cancel_waiter<false>);
           queued = true;
         }
       }
-      if (woken != nullptr) woken->settle(Outcome::granted);
-      if (!queued) return false;
-      return node_.arm(h, stop_);
+      return finish_suspend(node_, woken, queued, h, stop_);
     }
     /// The next value, or std::nullopt once the channel is closed and empty.
     std::optional<T> await_resume() {
@@ -229,6 +219,21 @@ class Channel {
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 
  private:
+  /// Under m_: queues `node` (its value's slot, its cancel) on `list`.
+  void wait_locked(detail::WaitList& list, Node& node, void* slot, void (*cancel)(void*, Node*) noexcept) noexcept {
+    node.slot = slot;
+    node.owner = this;
+    node.cancel = cancel;
+    list.push_back(&node);
+  }
+  /// After m_: settles the peer this operation completed, and suspends if
+  /// `node` was queued (unless settled meanwhile).
+  static bool finish_suspend(Node& node, Node* woken, bool queued, std::coroutine_handle<> h,
+                             const std::stop_token& stop) noexcept {
+    if (woken != nullptr) woken->settle(Outcome::granted);
+    if (!queued) return false;
+    return node.arm(h, stop);
+  }
   /// Under m_, not closed: hands `value` to the first waiting receiver
   /// (returned, to settle outside the lock) or appends it to the buffer if
   /// there is room (then returns null and the buffer grew). Neither: no change.

@@ -205,7 +205,7 @@ TEST(Backpressure, PusherWaitsAndMemoryStaysBounded) {
   engine.wait_for_all();
   // At the bound; a stall (no op finished for 10 ms, EngineCore::throttle)
   // lets the pusher one bound further, which a loaded machine shows now and
-  // then (128 seen): a few bounds, never the whole run.
+  // then: a few bounds, never the whole run.
   EXPECT_LE(peak, 4 * bound) << "in-flight count exceeded the bound";
   const std::uint64_t n = 20000 / kScale;
   EXPECT_EQ(sum, n * (n - 1) / 2);

@@ -15,18 +15,11 @@
 #include "core/test_util.hpp"
 #include "ordo/io/files.hpp"
 #include "ordo/task.hpp"
+#include "io/io_test_util.hpp"
 
 namespace ordo::io {
 namespace {
 
-std::vector<Backend> backends() {
-  std::vector<Backend> out;
-#if defined(ORDO_IO_HAVE_URING)
-  out.push_back(Backend::uring);
-#endif
-  out.push_back(Backend::threads);
-  return out;
-}
 
 struct TempFile {
   std::filesystem::path path;
@@ -107,10 +100,7 @@ TEST_P(Files, LineReaderOnASocket) {
   ::close(sv[1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Files, ::testing::ValuesIn(backends()),
-                         [](const ::testing::TestParamInfo<Backend>& i) {
-                           return i.param == Backend::threads ? std::string("threads") : std::string("uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, Files, ::testing::ValuesIn(backends()), backend_name);
 
 }  // namespace
 }  // namespace ordo::io

@@ -19,18 +19,11 @@
 #include "ordo/coro.hpp"
 #include "ordo/io.hpp"
 #include "ordo/task.hpp"
+#include "io/io_test_util.hpp"
 
 namespace ordo::io {
 namespace {
 
-std::vector<Backend> backends() {
-  std::vector<Backend> out;
-#if defined(ORDO_IO_HAVE_URING)
-  out.push_back(Backend::uring);
-#endif
-  out.push_back(Backend::threads);
-  return out;
-}
 
 class IoObserved : public ::testing::TestWithParam<Backend> {
  protected:
@@ -205,10 +198,6 @@ TEST_P(IoObserved, IoErrorsNoWaiterGotAreRethrownOrReportedOnce) {
   ASSERT_EQ(reports.size(), 1U) << report_names();
   EXPECT_EQ(reports[0].op_name, "never waited");
   EXPECT_NE(reports[0].message.find(missing), std::string::npos) << reports[0].message;
-}
-
-std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
-  return info.param == Backend::threads ? "threads" : "uring";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoObserved, ::testing::ValuesIn(backends()), backend_name);
