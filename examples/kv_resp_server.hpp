@@ -35,6 +35,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <ordo/asio.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -268,7 +269,12 @@ class Server {
   void arm(std::int64_t deadline) {
     if (stopping_) return;
     armed_ = deadline;
-    expiry_.expires_after(std::chrono::milliseconds(std::max<std::int64_t>(0, deadline - now_ms())));
+    // SET accepts deadlines beyond what the timer's nanoseconds can hold
+    // (UBSan caught the overflow): such a timer waits the longest it can
+    // (~146 years), which is the same as never.
+    constexpr std::int64_t kLongestMs =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::duration::max()).count() / 2;
+    expiry_.expires_after(std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, kLongestMs)));
     expiry_.async_wait([this, deadline](asio::error_code ec) {
       if (ec || deadline != armed_) return;  // cancelled, or re-armed earlier
       armed_ = 0;

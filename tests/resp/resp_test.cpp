@@ -186,6 +186,18 @@ TEST_P(Resp, RequestOverTheLimitIsRefused) {
   EXPECT_EQ(e.read_to_eof().rfind("-ERR Protocol error: ", 0), 0U);
 }
 
+// Regression (the fuzz test's seed 465120434 under UBSan): a deadline SET
+// accepts but a timer's nanoseconds cannot hold overflowed when the expiry
+// timer was armed for it.
+TEST_P(Resp, AFarDeadlineArmsTheTimerWithoutOverflow) {
+  TestServer s(options());
+  Client c(s.port());
+  EXPECT_EQ(c.call({"SET", "far", "v", "PX", "1000000000000000000"}), ok);
+  EXPECT_EQ(c.call({"GET", "far"}), bulk("v"));
+  EXPECT_EQ(c.call({"SET", "near", "v", "EX", "100"}), ok);  // re-arms the same timer earlier
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(2));
+}
+
 TEST_P(Resp, ExpiryLazyAndByTimer) {
   TestServer s(options());
   Client c(s.port());
