@@ -23,8 +23,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <new>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,10 +60,104 @@ struct Shard {
   CellMap cells;  ///< guarded by var
 };
 
-struct Entry {  ///< per-key mode
+/// A key's entry (per-key mode). Allocated with its key's bytes right after
+/// it, so that a lookup touches one line for the key and its variable.
+struct Entry {
   ordo::Var var;
-  Cell cell;              ///< guarded by var
+  Cell cell;               ///< guarded by var
   std::uint32_t held = 0;  ///< requests pushed and not yet released (io thread)
+  std::uint32_t key_size = 0;
+  std::uint64_t hash = 0;  ///< KeyHash of the key
+
+  [[nodiscard]] std::string_view key() const noexcept {
+    return {reinterpret_cast<const char*>(this + 1), key_size};
+  }
+  static Entry* make(std::string_view key, std::uint64_t hash, ordo::Var var) {
+    void* mem = ::operator new(sizeof(Entry) + key.size());
+    auto* e = new (mem) Entry{var, {}, 0, static_cast<std::uint32_t>(key.size()), hash};
+    std::memcpy(reinterpret_cast<char*>(e + 1), key.data(), key.size());
+    return e;
+  }
+  static void destroy(Entry* e) noexcept {
+    e->~Entry();
+    ::operator delete(e);
+  }
+};
+
+/// Key -> Entry for per-key mode: open addressing with linear probing over
+/// (hash, entry) pairs, at most half full. A hit costs the bucket's line and
+/// the entry's; std::unordered_map's chains cost two more (its node, then the
+/// key's heap bytes), which made lookups a third of the io thread's time with
+/// 100,000 random keys (docs/asio.md).
+class KeyIndex {
+ public:
+  KeyIndex() : buckets_(1024) {}
+  KeyIndex(const KeyIndex&) = delete;
+  KeyIndex& operator=(const KeyIndex&) = delete;
+  ~KeyIndex() {
+    for (Bucket& b : buckets_) {
+      if (b.entry != nullptr) Entry::destroy(b.entry);
+    }
+  }
+
+  [[nodiscard]] Entry* find(std::string_view key, std::uint64_t h) const noexcept {
+    const std::size_t mask = buckets_.size() - 1;
+    for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+      const Bucket& b = buckets_[i];
+      if (b.entry == nullptr) return nullptr;
+      if (b.hash == h && b.entry->key() == key) return b.entry;
+    }
+  }
+  /// Adds e (its key absent).
+  void insert(Entry* e) {
+    if (2 * (size_ + 1) > buckets_.size()) grow();
+    place(e);
+    ++size_;
+  }
+  /// Removes e, shifting later entries of its run back (no tombstones).
+  void erase(const Entry* e) noexcept {
+    const std::size_t mask = buckets_.size() - 1;
+    std::size_t i = e->hash & mask;
+    while (buckets_[i].entry != e) i = (i + 1) & mask;
+    for (std::size_t j = (i + 1) & mask; buckets_[j].entry != nullptr; j = (j + 1) & mask) {
+      // Entry j may fill hole i if its home is not in (i, j] (cyclically).
+      const std::size_t home = buckets_[j].hash & mask;
+      if (((j - home) & mask) >= ((j - i) & mask)) {
+        buckets_[i] = buckets_[j];
+        i = j;
+      }
+    }
+    buckets_[i] = Bucket{};
+    --size_;
+  }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (const Bucket& b : buckets_) {
+      if (b.entry != nullptr) fn(b.entry);
+    }
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct Bucket {
+    std::uint64_t hash = 0;
+    Entry* entry = nullptr;
+  };
+  void place(Entry* e) noexcept {
+    const std::size_t mask = buckets_.size() - 1;
+    std::size_t i = e->hash & mask;
+    while (buckets_[i].entry != nullptr) i = (i + 1) & mask;
+    buckets_[i] = Bucket{e->hash, e};
+  }
+  void grow() {
+    std::vector<Bucket> old(buckets_.size() * 2);
+    old.swap(buckets_);
+    for (const Bucket& b : old) {
+      if (b.entry != nullptr) place(b.entry);
+    }
+  }
+  std::vector<Bucket> buckets_;
+  std::size_t size_ = 0;
 };
 
 /// What an op is given for one key: its variable and where its value lives.
@@ -90,15 +186,18 @@ class Keyspace {
       Shard& s = shards_[KeyHash{}(key) % shards_.size()];
       return Slot{s.var, &s, nullptr};
     }
-    auto it = entries_.find(key);
-    if (it == entries_.end()) it = entries_.emplace(std::string(key), Entry{engine_->new_variable(), {}, 0}).first;
-    Entry& e = it->second;
-    ++e.held;
-    return Slot{e.var, nullptr, &e};
+    const std::uint64_t h = KeyHash{}(key);
+    Entry* e = entries_.find(key, h);
+    if (e == nullptr) {
+      e = Entry::make(key, h, engine_->new_variable());
+      entries_.insert(e);
+    }
+    ++e->held;
+    return Slot{e->var, nullptr, e};
   }
   /// The slot of an existing key (per-key mode), or nothing (expiry sweep).
   bool resolve_existing(std::string_view key, Slot& out) {
-    if (per_key() && entries_.find(key) == entries_.end()) return false;
+    if (per_key() && entries_.find(key, KeyHash{}(key)) == nullptr) return false;
     out = resolve(key);
     return true;
   }
@@ -108,31 +207,26 @@ class Keyspace {
       for (auto& s : shards_) out.push_back(Slot{s.var, &s, nullptr});
       return;
     }
-    for (auto& [k, e] : entries_) {
-      ++e.held;
-      out.push_back(Slot{e.var, nullptr, &e});
-    }
+    entries_.for_each([&](Entry* e) {
+      ++e->held;
+      out.push_back(Slot{e->var, nullptr, e});
+    });
   }
   /// After the request's op has finished: a per-key entry no request holds
   /// and whose key is gone is deleted with its variable.
-  void release(const Slot& s, std::string_view key) {
+  void release(const Slot& s) {
     if (s.entry == nullptr || --s.entry->held != 0 || s.entry->cell.present) return;
-    auto it = entries_.find(key);
-    engine_->delete_variable(it->second.var);
-    entries_.erase(it);
+    drop(s.entry);
   }
-  /// As release, for slots from all() (per-key: the key is looked up by entry).
+  /// As release, for slots from all().
   void release_all(const std::vector<Slot>& slots) {
     if (!per_key()) return;
     for (const Slot& s : slots) --s.entry->held;
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      if (it->second.held == 0 && !it->second.cell.present) {
-        engine_->delete_variable(it->second.var);
-        it = entries_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    std::vector<Entry*> gone;
+    entries_.for_each([&](Entry* e) {
+      if (e->held == 0 && !e->cell.present) gone.push_back(e);
+    });
+    for (Entry* e : gone) drop(e);
   }
   /// Keys with a variable right now (per-key mode; shards: their count).
   [[nodiscard]] std::size_t variables() const { return per_key() ? entries_.size() : shards_.size(); }
@@ -176,7 +270,13 @@ class Keyspace {
  private:
   std::vector<Shard> shards_{};
   ordo::Engine* engine_ = nullptr;
-  std::unordered_map<std::string, Entry, KeyHash, std::equal_to<>> entries_;  ///< per-key mode; io thread
+  /// Deletes a per-key entry and its variable (io thread).
+  void drop(Entry* e) {
+    engine_->delete_variable(e->var);
+    entries_.erase(e);
+    Entry::destroy(e);
+  }
+  KeyIndex entries_;  ///< per-key mode; io thread
 };
 
 }  // namespace kv::resp

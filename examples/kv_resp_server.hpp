@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <queue>
@@ -160,36 +161,37 @@ class Server {
     sessions_.emplace(&sock, &reading);
     asio::error_code ec;
     sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    // in[pos, end) holds what was read and not yet parsed. `in` only grows:
+    // resizing it down and up again per read would zero-fill every chunk.
     std::string in;
-    std::size_t pos = 0;
+    std::size_t pos = 0, end = 0;
     std::vector<std::string> argv;
     std::string err;
     bool close = false;
     while (!close && !stopping_) {
-      if (pos == in.size()) {
-        in.clear();
-        pos = 0;
+      if (pos == end) {
+        pos = end = 0;
       } else if (pos > 0) {
-        in.erase(0, pos);
+        std::memmove(in.data(), in.data() + pos, end - pos);
+        end -= pos;
         pos = 0;
       }
-      const std::size_t have = in.size();
-      const std::size_t chunk = std::max<std::size_t>(16384, std::min<std::size_t>(have, 1U << 20));
-      in.resize(have + chunk);
+      const std::size_t chunk = std::max<std::size_t>(16384, std::min<std::size_t>(end, 1U << 20));
+      if (in.size() < end + chunk) in.resize(end + chunk);
       reading = true;
-      auto [rec, n] = co_await sock.async_read_some(asio::buffer(in.data() + have, chunk),
+      auto [rec, n] = co_await sock.async_read_some(asio::buffer(in.data() + end, chunk),
                                                     asio::experimental::as_tuple(asio::use_awaitable));
       reading = false;
-      in.resize(have + n);
+      end += n;
       if (rec) break;  // closed by the client, or stop()
       Batch b;
       b.now = now_ms();
       std::string tail;  // a protocol error's reply, after the batch's
       bool shutdown = false;
       for (;;) {
-        const Status st = parse(in, pos, argv, err, opt_.limits);
+        const Status st = parse(std::string_view(in.data(), end), pos, argv, err, opt_.limits);
         if (st == Status::incomplete) {
-          if (in.size() - pos > opt_.limits.max_request_bytes) {
+          if (end - pos > opt_.limits.max_request_bytes) {
             error(tail, "ERR Protocol error: request larger than " + std::to_string(opt_.limits.max_request_bytes) + " bytes");
             close = true;
           }
@@ -255,7 +257,7 @@ class Server {
                                             b.slots.begin() + static_cast<std::ptrdiff_t>(at + n)));
         at += n;
       } else {
-        for (std::size_t i = 0, n = p.key_count(); i < n; ++i) keys_.release(b.slots[at + i], p.key(i));
+        for (std::size_t i = 0, n = p.key_count(); i < n; ++i) keys_.release(b.slots[at + i]);
         at += p.key_count();
       }
     }

@@ -5,9 +5,12 @@
 // redis_cli_test.sh / redis_benchmark_test.sh; fuzz_test.cpp feeds garbage.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "resp/resp_test_util.hpp"
 
@@ -62,6 +65,44 @@ TEST(RespParse, MalformedAndTooLarge) {
   std::size_t pos = 0;
   EXPECT_EQ(kv::resp::parse(big, pos, argv, err, lim), Status::error);
   EXPECT_NE(err.find("larger than 100 bytes"), std::string::npos) << err;
+}
+
+// The per-key index (open addressing, deletion by backward shift) against a
+// std::unordered_map over random inserts, erases and lookups: runs wrap the
+// table's end and grow it, so a shift that breaks a probe run loses a key.
+TEST(RespKeyIndex, RandomInsertsAndErasesMatchAMap) {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("RespKeyIndex: seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  kv::resp::KeyIndex index;
+  std::unordered_map<std::string, kv::resp::Entry*> model;
+  const auto key = [&](std::uint64_t r) { return "key:" + std::to_string(r % 3000); };
+  for (int step = 0; step < 200000; ++step) {
+    const std::string k = key(rng());
+    const std::uint64_t h = kv::resp::KeyHash{}(k);
+    kv::resp::Entry* found = index.find(k, h);
+    const auto it = model.find(k);
+    ASSERT_EQ(found, it == model.end() ? nullptr : it->second) << "step " << step << " key " << k;
+    if (found == nullptr && rng() % 3 != 0) {
+      kv::resp::Entry* e = kv::resp::Entry::make(k, h, ordo::Var{});
+      index.insert(e);
+      model.emplace(k, e);
+    } else if (found != nullptr && rng() % 2 == 0) {
+      index.erase(found);
+      kv::resp::Entry::destroy(found);
+      model.erase(it);
+    }
+    if (step % 10000 == 0) {
+      ASSERT_EQ(index.size(), model.size());
+      std::size_t seen = 0;
+      index.for_each([&](kv::resp::Entry* e) {
+        ++seen;
+        ASSERT_EQ(model.at(std::string(e->key())), e);
+      });
+      ASSERT_EQ(seen, model.size());
+    }
+  }
 }
 
 class Resp : public ::testing::TestWithParam<unsigned> {  // shards (0: a variable per key)
