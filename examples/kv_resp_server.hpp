@@ -56,9 +56,10 @@ struct ServerOptions {
   unsigned shards = 0;   ///< 0: a variable per key; N: N shard variables (kv_resp_keyspace.hpp)
   Limits limits{};
   std::size_t max_value_bytes = 512U << 20;  ///< APPEND / SET beyond it fail
-  /// Push requests without SPINSET with OpAttrs::inline_ok, so ordo::asio may
-  /// run them on the io thread where a hop to a worker would only add
-  /// wake-ups ("Where fn runs" in docs/asio.md).
+  /// Push requests with OpAttrs::inline_ok, so ordo::asio may run them on
+  /// the io thread where a hop to a worker would only add wake-ups ("Where
+  /// fn runs" in docs/asio.md: a batch with work runs there only while the
+  /// engine has nothing in flight).
   bool inline_ok = true;
   std::uint16_t port = 0;  ///< 0: a free port
 };
@@ -124,37 +125,81 @@ class Server {
     std::int64_t now = 0;
   };
 
-  /// Runs a batch on the io thread (no keys) or as one op; returns the replies.
+  /// Runs a batch and returns its replies in order. A read's requests go as
+  /// one op (one push and one completion for all of them), except requests
+  /// with work (SPINSET) while the engine has nothing else in flight: one op
+  /// each then, so that those on different keys run on different workers
+  /// (the engine still runs those sharing a key in read order; the replies
+  /// are joined in request order). With other batches in flight the workers
+  /// are busy already, and an op per request only adds pushes.
   asio::awaitable<std::string> run(Batch& b) {
+    const bool work = std::any_of(b.plans.begin(), b.plans.end(), [](const Plan& p) { return p.op == Plan::Op::spinset; });
+    if (!work || b.plans.size() == 1 || engine_.in_flight() != 0) {
+      co_return co_await push_plans(b, 0, b.plans.size(), 0, work, opt_.inline_ok);
+    }
+    std::vector<asio::awaitable<std::string>> ops;
+    ops.reserve(b.plans.size());
+    std::exception_ptr failed;
+    try {
+      for (std::size_t i = 0, at = 0; i < b.plans.size(); at += b.plans[i].slot_count(), ++i) {
+        ops.push_back(push_plans(b, i, i + 1, at, work, false));  // to the workers, all of them
+      }
+    } catch (...) {
+      failed = std::current_exception();  // the ops pushed so far still use b: await them first
+    }
+    std::string out;
+    for (auto& op : ops) {
+      try {
+        out += co_await std::move(op);
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    co_return out;
+  }
+
+  /// Pushes plans [first, last) of b (whose keys' slots start at b.slots[at])
+  /// as one op, now (OpAttrs::inline_ok as given); the replies when awaited. Plans without keys (PING,
+  /// COMMAND, errors) have nothing to order: run here.
+  asio::awaitable<std::string> push_plans(Batch& b, std::size_t first, std::size_t last, std::size_t at, bool work,
+                                          bool inline_ok) {
     std::vector<ordo::Var> reads, writes;
-    bool spin = false;
-    std::size_t at = 0;
-    for (const Plan& p : b.plans) {
-      const std::size_t n = p.slot_count();
-      for (std::size_t i = 0; i < n; ++i) (p.writes ? writes : reads).push_back(b.slots[at + i].var);
-      at += n;
-      spin |= p.op == Plan::Op::spinset;
+    for (std::size_t i = first, pos = at; i < last; ++i) {
+      const Plan& p = b.plans[i];
+      for (std::size_t k = 0, n = p.slot_count(); k < n; ++k) (p.writes ? writes : reads).push_back(b.slots[pos + k].var);
+      pos += p.slot_count();
     }
     const std::size_t max_value = opt_.max_value_bytes;
-    auto exec = [&b, max_value] {
+    auto exec = [&b, first, last, at, max_value] {
       std::string out;
-      std::size_t pos = 0;
-      for (const Plan& p : b.plans) {
-        const std::size_t n = p.slot_count();
-        execute(p, b.slots.data() + pos, n, b.now, max_value, out);
-        pos += n;
+      for (std::size_t i = first, pos = at; i < last; ++i) {
+        const Plan& p = b.plans[i];
+        execute(p, b.slots.data() + pos, p.slot_count(), b.now, max_value, out);
+        pos += p.slot_count();
       }
       return out;
     };
-    if (reads.empty() && writes.empty()) co_return exec();  // PING, COMMAND, errors: nothing to order
+    if (reads.empty() && writes.empty()) return ready(exec());
     // A var both read and written counts as written (the engine normalises the lists).
     // error_to_awaiter: a failure that escapes the per-command catch (the
     // reply's allocation) reaches this connection only, never the keys.
-    const ordo::OpAttrs attrs{.name = "resp batch", .inline_ok = opt_.inline_ok && !spin, .error_to_awaiter = true};
-    auto op = ordo::asio::push(engine_, ordo::VarSpan(reads), ordo::VarSpan(writes), std::move(exec),
-                               ordo::Context::cpu(), attrs, asio::use_awaitable);
-    co_return co_await std::move(op);
+    const ordo::OpAttrs attrs{.name = "resp batch", .inline_ok = inline_ok, .error_to_awaiter = true};
+    if (work) {
+      // Its own fn type: ordo::asio keeps a run-time average per type, and
+      // work batches must not make cheap ones look expensive (or the reverse).
+      return ordo::asio::push(engine_, ordo::VarSpan(reads), ordo::VarSpan(writes), WorkFn<decltype(exec)>{std::move(exec)},
+                              ordo::Context::cpu(), attrs, asio::use_awaitable);
+    }
+    return ordo::asio::push(engine_, ordo::VarSpan(reads), ordo::VarSpan(writes), std::move(exec),
+                            ordo::Context::cpu(), attrs, asio::use_awaitable);
   }
+  template <class F>
+  struct WorkFn {
+    F fn;
+    std::string operator()() { return fn(); }
+  };
+  static asio::awaitable<std::string> ready(std::string s) { co_return s; }
 
   asio::awaitable<void> session(asio::ip::tcp::socket sock) {
     bool reading = false;

@@ -199,6 +199,49 @@ TEST_P(Resp, PipelinedRequestsAnswerInOrder) {
   EXPECT_EQ(got, want);
 }
 
+// Requests with work (SPINSET) of one read run as one op each, in parallel
+// across keys: the replies still come in request order, and those on one key
+// take effect in it (APPEND's lengths and GET's values against a serial model).
+TEST_P(Resp, PipelinedWorkRequestsKeepTheirOrderPerKey) {
+  const std::uint64_t seed = std::random_device{}();
+  std::printf("PipelinedWorkRequestsKeepTheirOrderPerKey: seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  TestServer s(options());
+  Client c(s.port());
+  std::unordered_map<std::string, std::string> model;
+  for (int round = 0; round < 5; ++round) {
+    std::string batch, want;
+    for (int i = 0; i < 60; ++i) {
+      const std::string k = "w" + std::to_string(rng() % 4);
+      const std::string v = std::to_string(rng() % 1000);
+      switch (rng() % 4) {
+        case 0:
+          batch += kv::resp::request({"SPINSET", k, v, std::to_string(rng() % 30)});
+          want += ok;
+          model[k] = v;
+          break;
+        case 1:
+          batch += kv::resp::request({"APPEND", k, v});
+          model[k] += v;
+          want += integer(static_cast<long long>(model[k].size()));
+          break;
+        case 2:
+          batch += kv::resp::request({"GET", k});
+          want += model.count(k) != 0 ? bulk(model[k]) : nil;
+          break;
+        default:
+          batch += kv::resp::request({"PING"});
+          want += "+PONG\r\n";
+      }
+    }
+    c.send_raw(batch);
+    std::string got;
+    for (int i = 0; i < 60; ++i) got += c.reply();
+    ASSERT_EQ(got, want) << "round " << round;
+  }
+}
+
 TEST_P(Resp, MalformedRequestClosesOnlyItsConnection) {
   TestServer s(options());
   Client good(s.port());
