@@ -20,9 +20,9 @@
 // nothing else is affected.
 //
 // Expiry (SET EX/PX): lazily, on access (a value past its deadline is
-// absent), plus an Asio timer on the io thread that pushes an op erasing the
-// keys whose deadline passed (the timer would be ordo's own sleep_for once
-// the coroutine toolkit has one).
+// absent), plus one sleep of the engine's timer (ordo::sleep_for) for the
+// earliest deadline, after which the io thread pushes an op erasing the keys
+// whose deadline passed.
 //
 // stop() (SIGINT/SIGTERM in kv_server.cpp, or the SHUTDOWN command): stops
 // accepting, cancels the reads of idle connections, lets every other one
@@ -34,6 +34,8 @@
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <ordo/asio.hpp>
+#include <ordo/task.hpp>
+#include <ordo/timer.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -42,6 +44,8 @@
 #include <functional>
 #include <queue>
 #include <map>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,10 +75,15 @@ class Server {
         opt_(opt),
         keys_(opt.shards),
         engine_(engine_options(opt)),
-        acceptor_(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), opt.port)),
-        expiry_(io) {
+        acceptor_(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), opt.port)) {
     keys_.init(engine_);
   }
+  ~Server() {
+    if (expiry_stop_) expiry_stop_->request_stop();
+    timers_.sync_join();  // before the engine goes: an expiry sleep may be ending on a worker
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
 
   [[nodiscard]] std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
 
@@ -89,7 +98,7 @@ class Server {
     if (on_stop_) on_stop_();
     asio::error_code ec;
     acceptor_.close(ec);
-    expiry_.cancel();
+    if (expiry_stop_) expiry_stop_->request_stop();
     // A connection waiting for a request stops now; one running requests
     // stops after writing their replies (its loop sees stopping_).
     for (auto& [sock, reading] : sessions_)
@@ -308,7 +317,7 @@ class Server {
     }
   }
 
-  // ---- expiry: a min-heap of (deadline, key), one Asio timer (io thread) ----
+  // ---- expiry: a min-heap of (deadline, key), one ordo::sleep_for at a time (io thread) ----
   void schedule_expiry(std::int64_t deadline, const std::string& key) {
     deadlines_.emplace(deadline, key);
     if (armed_ == 0 || deadline < armed_) arm(deadline);
@@ -316,14 +325,28 @@ class Server {
   void arm(std::int64_t deadline) {
     if (stopping_) return;
     armed_ = deadline;
+    // One sleep at a time (ordo/timer.hpp), for the earliest deadline;
+    // re-arming for an earlier one stops the sleep it replaces.
+    if (expiry_stop_) expiry_stop_->request_stop();
+    expiry_stop_.emplace();
+    timers_.spawn(expire_at(deadline, expiry_stop_->get_token()));
+  }
+  /// Sleeps until `deadline`, then has the io thread sweep (unless re-armed
+  /// or stopped meanwhile).
+  ordo::Task<void> expire_at(std::int64_t deadline, std::stop_token stop) {
     // SET accepts deadlines beyond what the timer's nanoseconds can hold
-    // (UBSan caught the overflow): such a timer waits the longest it can
+    // (UBSan caught the overflow): such a sleep is the longest it can be
     // (~146 years), which is the same as never.
     constexpr std::int64_t kLongestMs =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::duration::max()).count() / 2;
-    expiry_.expires_after(std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, kLongestMs)));
-    expiry_.async_wait([this, deadline](asio::error_code ec) {
-      if (ec || deadline != armed_) return;  // cancelled, or re-armed earlier
+    try {
+      co_await ordo::sleep_for(engine_, std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, kLongestMs)),
+                               stop);
+    } catch (const ordo::CancelledError&) {
+      co_return;  // re-armed earlier, or stopping
+    }
+    asio::post(io_, [this, deadline] {
+      if (stopping_ || deadline != armed_) return;
       armed_ = 0;
       asio::co_spawn(io_, sweep(), asio::detached);
     });
@@ -365,11 +388,12 @@ class Server {
   Keyspace keys_;        ///< before engine_: the values outlive the engine's drain
   ordo::Engine engine_;  ///< drained (every op finished) before keys_ goes
   asio::ip::tcp::acceptor acceptor_;
-  asio::steady_timer expiry_;
   std::priority_queue<std::pair<std::int64_t, std::string>, std::vector<std::pair<std::int64_t, std::string>>,
                       std::greater<>>
       deadlines_;                                  ///< io thread
   std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
+  std::optional<std::stop_source> expiry_stop_;    ///< stops the current expiry sleep; io thread
+  ordo::AsyncScope timers_;                        ///< the expiry sleeps; after engine_, joined by ~Server
   /// Open connections, and whether each waits in a read. io thread.
   std::map<asio::ip::tcp::socket*, bool*> sessions_;
   bool stopping_ = false;                          ///< io thread

@@ -306,6 +306,24 @@ TEST_P(Resp, ExpiryLazyAndByTimer) {
   EXPECT_EQ(c.call({"PTTL", "e"}), integer(-1));
 }
 
+// The expiry sleeps for the earliest deadline only: a SET with an earlier
+// one stops that sleep and starts one for it, whose sweep erases the key
+// (per-key mode: its variable goes) while the later key stays.
+TEST_P(Resp, AnEarlierDeadlineReArmsTheExpiry) {
+  if (GetParam() != 0) GTEST_SKIP() << "the sweep is observed through per-key variables";
+  TestServer s(options());
+  Client c(s.port());
+  EXPECT_EQ(c.call({"SET", "late", "v", "PX", "600000"}), ok);
+  EXPECT_EQ(c.call({"SET", "soon", "v", "PX", "20"}), ok);
+  // Polling a clock-driven state, bounded (the expiry is what is tested).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.variables() != 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.variables(), 1U);  // "soon" swept without being accessed
+  EXPECT_EQ(c.call({"GET", "late"}), bulk("v"));
+}
+
 TEST_P(Resp, MgetSeesWholeMsetsAndIncrIsAtomic) {
   TestServer s(options());
   constexpr int rounds = 300;
