@@ -143,7 +143,10 @@ void Runtime::Impl::drop(FenceSlot* slot, Fence* f) noexcept {
   if (f->writer != nullptr) unref(f->writer);
   for (Event* e : f->readers) unref(e);
   delete f;
-  slot->store(nullptr, std::memory_order_relaxed);
+  // release: an op that finds the slot null runs at once on whatever thread
+  // dispatches it (the engine loads it with acquire); this thread has seen
+  // the work behind the fence finish, and that must reach the op.
+  slot->store(nullptr, std::memory_order_release);
   fenced.erase(slot);
 }
 

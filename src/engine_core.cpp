@@ -653,7 +653,9 @@ bool EngineCore::fence_hold(FenceGate* gate, OpRecord* op) {
     return false;
   }
   for (std::uint16_t i = 0; i < op->n_access; ++i) {
-    if (op->access[i].var()->fence.load(std::memory_order_relaxed) != nullptr) {
+    // acquire: a null written by the gate on another thread once the work
+    // behind the fence finished (release) carries that work's writes here.
+    if (op->access[i].var()->fence.load(std::memory_order_acquire) != nullptr) {
       return gate->hold(detail_fence_access::make(op));
     }
   }

@@ -37,10 +37,13 @@ struct OpRecord;
 }
 
 /// A variable's fence slot: null, or owned by the installed FenceGate.
-/// The gate writes it; the engine reads it (relaxed) only to test for null.
+/// The gate writes it; the engine reads it (acquire) only to test for null.
 /// The engine guarantees a happens-before from an op's completion to the
 /// dispatch of every op that conflicts with it, so a slot written by an op
-/// before it completes is seen by its successors.
+/// before it completes is seen by its successors. A gate that clears a slot
+/// once the work behind it finished must store null with release: an op
+/// that then finds it null runs at once, on a thread that never talked to
+/// the gate, and sees the work's writes only through that pair.
 using FenceSlot = std::atomic<void*>;
 
 /// An op the engine handed to a FenceGate instead of running it.

@@ -3,6 +3,8 @@
 // consumers see finished work, errors become op errors carrying the error
 // name, memory of a deleted variable is reused only after its events.
 #include <atomic>
+#include <cstdio>
+#include <random>
 #include <vector>
 
 #include "gpu/gpu_test_util.hpp"
@@ -66,6 +68,36 @@ TEST_P(GpuRuntime, CpuConsumerAndWaitForVarSeeFinishedWork) {
   EXPECT_EQ(value.load(), 7);
   rig.engine.wait_for_all();
   EXPECT_EQ(seen, 7);
+}
+
+// A CPU reader that finds its variable's fence already cleared runs at once,
+// on a thread that never talked to the gate (another reader, pushed as the
+// GPU work finished, pruned the fence): it must still see the work's writes.
+// The data is plain memory, so ThreadSanitizer checks the release/acquire
+// pair on the fence slot that carries them; the values are checked anywhere.
+// The pusher spins a random while (printed seed) to land near the finish.
+TEST_P(GpuRuntime, AReaderFindingAClearedFenceSeesTheWork) {
+  const std::uint64_t seed = seed_from_env(std::random_device{}());
+  std::printf("[cleared fence] engine=%s seed=%llu\n", kind_name(GetParam()), static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  SimRig rig(GetParam(), {.devices = 1});
+  Var x = rig.engine.new_variable();
+  std::uint64_t data = 0;
+  std::atomic<int> stale{0};
+  std::atomic<std::uint64_t> sink{0};
+  for (std::uint64_t i = 1; i <= 1500; ++i) {
+    rig.rt.push([&data, i](const Stream& s) { s.host_task([&data, i] { data = i; }); }, Context::gpu(0), {}, {x});
+    const auto check = [&data, &stale, i] {
+      if (data != i) stale.fetch_add(1);
+    };
+    rig.engine.push_sync(check, Context::cpu(), {x}, {});  // queued behind the writer
+    std::uint64_t spin = rng() % 20000, acc = 0;
+    while (spin-- > 0) acc += spin;
+    sink.fetch_add(acc, std::memory_order_relaxed);
+    rig.engine.push_sync(check, Context::cpu(), {x}, {});  // may find the writer done and prune its fence
+  }
+  rig.engine.wait_for_all();
+  EXPECT_EQ(stale.load(), 0);
 }
 
 // A CPU writer after a GPU reader waits for the read to finish (write after read).
