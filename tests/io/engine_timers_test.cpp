@@ -109,6 +109,27 @@ TEST(EngineTimers, ARingServesThemWithoutATimerThreadInDeadlineOrder) {
   if (armed_in_time) EXPECT_EQ(log.order, by_deadline(deadline)) << "seed " << seed;
 }
 
+// On every engine kind, with the ring serving them: a sleep resumes after
+// its deadline, on a worker (the naive engine: wherever it runs posts), and
+// the engine starts no timer thread.
+TEST(EngineTimers, OnEveryEngineASleepInTheRingResumesOnAWorker) {
+  for (const ordo::test::EngineConfig& config : ordo::test::all_engine_configs()) {
+    SCOPED_TRACE(config.label);
+    Engine engine(config.options);
+    auto io = uring_reactor(engine);
+    if (!io) GTEST_SKIP() << "io_uring unavailable";
+    run_bounded([&]() -> Task<void> {
+      for (int i = 0; i < 5; ++i) {
+        const auto start = Clock::now();
+        co_await sleep_for(engine, 1ms);
+        EXPECT_GE(Clock::now() - start, 1ms);
+        if (engine.kind() != EngineKind::naive) EXPECT_TRUE(Engine::inside_op()) << "resumed by a post, on a worker";
+      }
+    }());
+    EXPECT_FALSE(timers(engine).thread_started());
+  }
+}
+
 // A stop cancels a sleep in the ring at once, on the stopping thread, and
 // the ring's request is cancelled too (not left until its deadline); a
 // with_timeout that finishes first leaves nothing in the ring.
