@@ -158,13 +158,15 @@ TEST(EngineTimers, AStopCancelsASleepInTheRingAtOnce) {
   std::stop_source stop;
   std::atomic<int> cancelled{0};
   AsyncScope scope;
-  scope.spawn([&]() -> Task<void> {
+  // A named lambda: the coroutine's frame refers to its captures.
+  auto sleeper = [&]() -> Task<void> {
     try {
       co_await sleep_for(engine, 1h, stop.get_token());
     } catch (const CancelledError&) {
       cancelled.fetch_add(1);
     }
-  }());
+  };
+  scope.spawn(sleeper());
   EXPECT_EQ(timers(engine).pending(), 1U);
   EXPECT_EQ(io->in_flight(), 1U);
   stop.request_stop();
@@ -348,10 +350,11 @@ TEST(EngineTimers, ASleepLeftWhenReactorAndEngineDieWakesEarly) {
   if (!io) GTEST_SKIP() << "io_uring unavailable";
   std::atomic<bool> woke{false};
   AsyncScope scope;
-  scope.spawn([&]() -> Task<void> {
+  auto sleeper = [&]() -> Task<void> {  // named: the frame refers to its captures
     co_await sleep_for(*engine, 1h);
     woke = true;
-  }());
+  };
+  scope.spawn(sleeper());
   io.reset();
   EXPECT_FALSE(woke.load());
   engine.reset();
