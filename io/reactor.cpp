@@ -298,7 +298,49 @@ struct Reactor::Pooled {
   Pooled* free_next = nullptr;
 };
 
-struct Reactor::State {
+/// Besides its own state, the reactor serves its engine's timers
+/// (ordo::sleep_for / sleep_until, and so with_timeout) when it is the
+/// engine's first io_uring reactor: each is a timeout request in the ring,
+/// at the timer's absolute deadline, so no timer thread is started and the
+/// expiry is delivered as io's own sleeps are (by an idle worker waiting in
+/// the ring, or the reaper). The TimerService decides and arbitrates; this
+/// only turns a timer into a request and back (docs/coroutines.md, "Timers").
+struct Reactor::State final : ordo::detail::TimerService::Delegate {
+  using TimerService = ordo::detail::TimerService;
+
+  /// One engine timer in the ring: freed by its delivery, after settle().
+  struct Sleep : TimerService::Claim {
+    detail::Request req;
+    TimerService* service = nullptr;
+  };
+
+  bool arm(TimerService& service, TimerService::Timer* t) noexcept override {
+    auto* sleep = new (std::nothrow) Sleep;
+    if (sleep == nullptr) return false;
+    sleep->service = &service;
+    sleep->req.code = detail::OpCode::timer;
+    sleep->req.op_flags = detail::kTimerAbsolute;
+    sleep->req.deadline_ns = t->deadline_ns > 0 ? t->deadline_ns : 1;
+    sleep->req.user = sleep;
+    sleep->req.done = &State::sleep_done;
+    TimerService::hold(*sleep, t, this);
+    io->start(&sleep->req);  // closed: delivered here, cancelled (handed back)
+    return true;
+  }
+  /// Expired (0): fires; cancelled by the reactor's destruction (or failed):
+  /// back to the service, which keeps the deadline on its thread. A timer
+  /// disarmed before is no longer in the claim: nothing happens.
+  static void sleep_done(detail::Request* r) noexcept {
+    auto* sleep = static_cast<Sleep*>(r->user);
+    sleep->service->settle(sleep, r->res == 0);
+    delete sleep;
+  }
+  bool retain(TimerService::Claim* c) noexcept override { return detail::try_retain(&static_cast<Sleep*>(c)->req); }
+  void cancel(TimerService::Claim* c) noexcept override { io->backend_->cancel(&static_cast<Sleep*>(c)->req); }
+
+  Reactor* io = nullptr;
+  TimerService* timers = nullptr;  ///< the engine's, when this reactor serves them (attached)
+
   std::mutex pool_mutex;
   std::vector<std::unique_ptr<Pooled>> pool_storage;  ///< guarded by pool_mutex
   Pooled* pool_free = nullptr;                        ///< guarded by pool_mutex
@@ -319,6 +361,7 @@ struct Reactor::State {
 
 Reactor::Reactor(Engine& engine, IoOptions options)
     : engine_(engine), opts_(std::move(options)), state_(std::make_unique<State>()) {
+  state_->io = this;
   std::string why_not;
   if (opts_.backend != Backend::threads) {
 #if defined(ORDO_IO_HAVE_URING)
@@ -348,10 +391,20 @@ Reactor::Reactor(Engine& engine, IoOptions options)
   } else if (opts_.backend == Backend::automatic && kind_ == Backend::threads) {
     std::fprintf(stderr, "ordo::io: io_uring unavailable (%s); using the thread backend\n", why_not.c_str());
   }
+  // The ring's timeouts serve the engine's timers; the thread backend's poll
+  // thread would be one more timer thread (with a linear scan), so there the
+  // engine's own thread stays.
+  if (kind_ == Backend::uring) {
+    ordo::detail::TimerService& timers = ordo::detail::EngineExtension::timers(engine_);
+    if (timers.attach(state_.get())) state_->timers = &timers;
+  }
 }
 
 Reactor::~Reactor() {
   State& s = *state_;
+  // No new engine timer comes here; those in the ring are cancelled by the
+  // shutdown below and handed back to the engine's timer thread.
+  if (s.timers != nullptr) s.timers->detach(&s);
   s.closed.store(true, std::memory_order_seq_cst);
   while (s.starting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   backend_->shutdown();  // every request delivered: their callbacks and resumptions are posted

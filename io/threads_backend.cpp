@@ -441,7 +441,8 @@ void ThreadsBackend::submit(Request* r) noexcept {
   r->backend_data = nullptr;
   if (r->deadline_ns > 0) {
     const std::int64_t now = now_ns();
-    const std::int64_t at = r->deadline_ns < kNever - now ? now + r->deadline_ns : kNever - 1;
+    const bool absolute = r->code == OpCode::timer && (r->op_flags & kTimerAbsolute) != 0;
+    const std::int64_t at = absolute ? r->deadline_ns : r->deadline_ns < kNever - now ? now + r->deadline_ns : kNever - 1;
     r->backend_ts.tv_sec = at / 1'000'000'000;
     r->backend_ts.tv_nsec = at % 1'000'000'000;
     r->backend_flags |= kHasDeadline;

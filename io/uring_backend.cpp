@@ -523,7 +523,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         break;
       case OpCode::timer:
         r->backend_ts = to_timespec(r->deadline_ns);
-        io_uring_prep_timeout(sqe, &r->backend_ts, 0, 0);
+        // CLOCK_MONOTONIC is the kernel's default clock here, and steady_clock's.
+        io_uring_prep_timeout(sqe, &r->backend_ts, 0, (r->op_flags & kTimerAbsolute) != 0 ? IORING_TIMEOUT_ABS : 0);
         break;
     }
     io_uring_sqe_set_data64(sqe, addr | kTagOp);

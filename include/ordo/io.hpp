@@ -336,9 +336,17 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
 /// engine: OnComplete calls happen on the reaper (bookkeeping only), callbacks
 /// and coroutine resumptions are posted to the engine's workers.
 ///
+/// Timers: the engine's first io_uring Reactor also serves the engine's
+/// timers (ordo::sleep_for / sleep_until / with_timeout, ordo/timer.hpp) as
+/// timeouts in its ring, so the engine starts no timer thread; they count in
+/// in_flight(). sleep_for() here is the same kernel timer. A `.timeout()`
+/// stays the request's own linked timeout: it must cancel that request.
+///
 /// Destruction cancels every request still in flight, waits until each was
-/// delivered and until every callback and resumption it posted has run. Do
-/// not destroy a Reactor from inside an op or coroutine that it must wait for.
+/// delivered and until every callback and resumption it posted has run. The
+/// engine's sleeps it served are not cancelled: they move to the engine's
+/// timer thread with their deadlines. Do not destroy a Reactor from inside
+/// an op or coroutine that it must wait for.
 ///
 /// @par Thread safety
 /// Every member may be called from any thread, concurrently, except the
@@ -355,7 +363,7 @@ class Reactor {
   [[nodiscard]] const std::string& backend_reason() const noexcept { return reason_; }
   [[nodiscard]] Engine& engine() const noexcept { return engine_; }
   [[nodiscard]] const IoOptions& options() const noexcept { return opts_; }
-  /// Requests started and not yet delivered.
+  /// Requests started and not yet delivered (the engine's sleeps it serves included).
   [[nodiscard]] std::size_t in_flight() const noexcept;
   /// True when idle CPU workers of the engine wait in this reactor's ring
   /// and deliver its completions (IoOptions::idle_workers_reap, io_uring on
@@ -386,7 +394,8 @@ class Reactor {
   IoOp<std::size_t> recv(int fd, std::span<std::byte> buf, int flags = 0);
   IoOp<std::size_t> send(int fd, std::span<const std::byte> buf, int flags = 0);
 
-  // Time.
+  // Time. A kernel timer (io_uring timeout; the thread backend's poll
+  // thread), cancellable like any request; ordo::sleep_for needs no reactor.
   IoOp<void> sleep_for(std::chrono::nanoseconds d);
 
   /// Pushes an op mutating `buffer_var` (and reading `file_var`, if given:

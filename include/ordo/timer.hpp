@@ -5,16 +5,21 @@
 //   int v = co_await ordo::with_timeout(engine, std::chrono::seconds(1),
 //                                       [&](std::stop_token st) { return fetch(st); });  // or Errc::timed_out
 //
-// One mechanism per engine (detail::TimerService): deadlines kept in order and
-// expired by one timer thread, started by the first timer and joined by the
-// engine's destructor; no thread is blocked per timer. (ordo::io's
-// Reactor::sleep_for still uses its backend's timers.) The timer thread only posts:
-// a sleeping coroutine resumes on a worker of the engine (Context::cpu(), or
-// the context given), never on the timer thread. A std::stop_token cancels a
-// sleep that has not expired: the coroutine resumes at once, on the thread
-// requesting the stop, with ordo::CancelledError. Sleeping coroutines follow
-// the engine's rule for coroutines: finish them before destroying the engine
-// (one still asleep then is woken early, as the engine drains).
+// One mechanism per engine (detail::TimerService), which decides who expires
+// each deadline: when the engine has an io_uring ordo::io::Reactor (its
+// first one), the ring's timeouts, delivered as io's own sleeps are (by an
+// idle worker waiting in the ring, or the reaper): no timer thread; otherwise
+// one timer thread that keeps the deadlines in order, started by the first
+// timer and joined by the engine's destructor. A sleep pending when its
+// reactor is destroyed moves to that thread with its deadline (it neither
+// wakes early nor fails). No thread is blocked per timer. Whoever expires a
+// timer only posts: a sleeping coroutine resumes on a worker of the engine
+// (Context::cpu(), or the context given), never on the timer thread, the
+// reaper or inside await_suspend. A std::stop_token cancels a sleep that has
+// not expired: the coroutine resumes at once, on the thread requesting the
+// stop, with ordo::CancelledError. Sleeping coroutines follow the engine's
+// rule for coroutines: finish them before destroying the engine (one still
+// asleep then is woken early, as the engine drains).
 #pragma once
 
 #include <atomic>
@@ -37,8 +42,8 @@ namespace ordo {
 /// `co_await` suspends until the deadline (see sleep_for / sleep_until).
 ///
 /// @par Thread safety
-/// One coroutine awaits it; the expiry (timer thread) and a stop request
-/// (any thread) race on one atomic word, exactly one completes it.
+/// One coroutine awaits it; the expiry (timer thread or ring) and a stop
+/// request (any thread) race on one atomic word, exactly one completes it.
 class [[nodiscard]] SleepAwaiter {
  public:
   SleepAwaiter(Engine& engine, std::int64_t deadline_ns, Context ctx, std::stop_token stop) noexcept
@@ -97,7 +102,8 @@ class [[nodiscard]] SleepAwaiter {
       return false;  // out of memory: resumed by the caller rather than lost
     }
   }
-  /// On the timer thread: hands the coroutine to a worker (bookkeeping only).
+  /// Where the expiry is delivered (the timer thread, or the ring's reaper or
+  /// idle worker): hands the coroutine to a worker (bookkeeping only).
   /// Still arming: await_suspend sees the timer settled and posts it.
   static void on_fire(detail::TimerService::Timer* t) noexcept {
     SleepAwaiter* s = static_cast<Node*>(t)->self;

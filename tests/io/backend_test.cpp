@@ -628,6 +628,21 @@ TEST_P(BackendTest, TimerFiresAfterItsDuration) {
   EXPECT_GE(elapsed_ns(t0), 5'000'000);
 }
 
+// kTimerAbsolute (the engine's timers in the ring): deadline_ns is a
+// steady_clock time. Read as a duration it would be the machine's uptime.
+TEST_P(BackendTest, AnAbsoluteTimerFiresAtItsTime) {
+  const auto at = std::chrono::steady_clock::now() + 5ms;
+  TestOp t(OpCode::timer);
+  t.op_flags = detail::kTimerAbsolute;
+  t.deadline_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+  EXPECT_EQ(run(t), 0);
+  EXPECT_GE(std::chrono::steady_clock::now(), at);
+  TestOp past(OpCode::timer);
+  past.op_flags = detail::kTimerAbsolute;
+  past.deadline_ns = 1;  // long gone: at once
+  EXPECT_EQ(run(past), 0);
+}
+
 TEST_P(BackendTest, AShortTimerDoesNotWaitForALongOne) {
   TestOp long_timer(OpCode::timer);
   long_timer.deadline_ns = 3'600'000'000'000;  // an hour

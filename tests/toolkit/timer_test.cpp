@@ -1,5 +1,7 @@
 // ordo::sleep_for / sleep_until / with_timeout: the engine's timer service.
 #include <chrono>
+#include <memory>
+#include <thread>
 #include <stop_token>
 #include <vector>
 
@@ -128,6 +130,107 @@ TEST(Timer, TimersStillArmedWhenTheEngineDiesFireEarly) {
   engine.reset();
   scope.sync_join();
   EXPECT_TRUE(woke.load());
+}
+
+// Without a delegate the first timer starts the service's thread.
+TEST(Timer, TheTimerThreadStartsWithTheFirstTimer) {
+  Engine engine(Options{.kind = EngineKind::pooled, .cpu_workers = 1});
+  EXPECT_FALSE(detail::EngineExtension::timers(engine).thread_started());
+  run_bounded([&]() -> Task<void> { co_await sleep_for(engine, 1ms); }());
+  EXPECT_TRUE(detail::EngineExtension::timers(engine).thread_started());
+}
+
+/// A delegate that holds its timers until the test settles them (ordo::io's
+/// ring does the same with timeout requests).
+struct FakeDelegate final : detail::TimerService::Delegate {
+  struct Record : detail::TimerService::Claim {
+    bool alive = true;  ///< not settled and not cancelled
+  };
+  bool arm(detail::TimerService& service, detail::TimerService::Timer* t) noexcept override {
+    if (refuse) return false;
+    records.push_back(std::make_unique<Record>());
+    detail::TimerService::hold(*records.back(), t, this);
+    (void)service;
+    return true;
+  }
+  bool retain(detail::TimerService::Claim* c) noexcept override { return static_cast<Record*>(c)->alive; }
+  void cancel(detail::TimerService::Claim* c) noexcept override {
+    ++cancels;
+    static_cast<Record*>(c)->alive = false;
+  }
+  std::vector<std::unique_ptr<Record>> records;
+  bool refuse = false;
+  int cancels = 0;
+};
+
+struct FiredTimer : detail::TimerService::Timer {
+  std::atomic<int> fired{0};
+  explicit FiredTimer(std::int64_t at) {
+    deadline_ns = at;
+    fire = [](detail::TimerService::Timer* t) noexcept { static_cast<FiredTimer*>(t)->fired.fetch_add(1); };
+  }
+};
+
+// The service's arbitration with a delegate: an expiry fires, a disarm wins
+// over a later settle and cancels the record, a hand-back moves the timer to
+// the thread with its deadline, a refused arm stays on the thread.
+TEST(Timer, ADelegateServesTimersAndHandsThemBack) {
+  detail::TimerService service;
+  FakeDelegate d;
+  ASSERT_TRUE(service.attach(&d));
+  FakeDelegate other;
+  EXPECT_FALSE(service.attach(&other)) << "one delegate at a time";
+  const std::int64_t soon = detail::TimerService::now_ns() + 2'000'000;
+  // Far enough ahead to be still pending when it is handed back.
+  const std::int64_t later = detail::TimerService::now_ns() + 200'000'000;
+  FiredTimer expired(soon), disarmed(soon), handed(later);
+  service.arm(&expired);
+  service.arm(&disarmed);
+  service.arm(&handed);
+  ASSERT_EQ(d.records.size(), 3U);
+  EXPECT_EQ(service.pending(), 3U);
+  EXPECT_FALSE(service.thread_started());
+
+  service.settle(d.records[0].get(), true);
+  EXPECT_EQ(expired.fired.load(), 1);
+  EXPECT_FALSE(service.disarm(&expired)) << "fired";
+
+  EXPECT_TRUE(service.disarm(&disarmed));
+  EXPECT_EQ(d.cancels, 1);
+  service.settle(d.records[1].get(), true);  // the record's own end, after the cancel
+  EXPECT_EQ(disarmed.fired.load(), 0);
+
+  service.settle(d.records[2].get(), false);  // handed back: the thread keeps the deadline
+  EXPECT_TRUE(service.thread_started());
+  if (detail::TimerService::now_ns() < later) {
+    EXPECT_EQ(service.pending(), 1U);
+    EXPECT_EQ(handed.fired.load(), 0);
+  }
+  for (const auto limit = Clock::now() + 10s; handed.fired.load() == 0 && Clock::now() < limit;) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(handed.fired.load(), 1);
+  EXPECT_GE(detail::TimerService::now_ns(), later) << "handed back with its deadline";
+
+  d.refuse = true;
+  FiredTimer refused(detail::TimerService::now_ns() + 3'600'000'000'000);
+  service.arm(&refused);
+  EXPECT_EQ(d.records.size(), 3U);
+  EXPECT_EQ(service.pending(), 1U);
+  EXPECT_TRUE(service.disarm(&refused));
+
+  // Detached: a disarm of a timer it still holds cancels nothing (its owner
+  // ends its records itself) and later arms go to the thread.
+  d.refuse = false;
+  FiredTimer held(detail::TimerService::now_ns() + 3'600'000'000'000);
+  service.arm(&held);
+  ASSERT_EQ(d.records.size(), 4U);
+  service.detach(&d);
+  EXPECT_TRUE(service.disarm(&held));
+  EXPECT_EQ(d.cancels, 1);
+  service.settle(d.records[3].get(), false);
+  EXPECT_EQ(held.fired.load(), 0);
+  EXPECT_EQ(service.pending(), 0U);
 }
 
 TEST(Schedule, HopsOntoAWorkerAndYields) {

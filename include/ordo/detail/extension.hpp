@@ -58,9 +58,10 @@ struct EngineExtension {
     return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
   }
 
-  /// The engine's timer service (ordo/timer.hpp, ordo::io's sleep_for),
-  /// started by the first call. Lives until the engine's destructor, which
-  /// destroys it before draining.
+  /// The engine's timer service (ordo/timer.hpp; ordo::io's io_uring
+  /// Reactor attaches to it as its delegate), made by the first call (its
+  /// thread starts with the first timer that lands on it). Lives until the
+  /// engine's destructor, which destroys it before draining.
   static TimerService& timers(Engine& engine);
 
   /// From now on one idle CPU worker of `engine` at a time may run `task`

@@ -37,11 +37,14 @@ enum class OpCode : std::uint8_t {
   connect,  ///< fd, sockaddr in `sa` (sa_len bytes)
   recv,     ///< fd, addr/len buffer, op_flags = MSG_* flags
   send,     ///< fd, addr/len buffer, op_flags = MSG_* flags (MSG_NOSIGNAL added)
-  timer,    ///< completes with 0 after `timeout` (deadline_ns, required)
+  timer,    ///< completes with 0 after deadline_ns (required; op_flags kTimerAbsolute: at it)
 };
 
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
 inline constexpr std::uint32_t kFsyncDatasync = 1;
+/// A timer's deadline_ns is a steady_clock (CLOCK_MONOTONIC) time, not a
+/// duration: the engine's timers (ordo::sleep_until) served by the ring.
+inline constexpr std::uint32_t kTimerAbsolute = 1;
 
 /// One request. The front end (Reactor) fills the description, sets `done`
 /// and `refs` = 1, then hands it to Backend::submit. From then on the backend
@@ -62,7 +65,7 @@ struct Request {
   std::uint64_t off = 0;
   std::uint32_t op_flags = 0;
   std::uint32_t mode = 0;
-  std::int64_t deadline_ns = 0;  ///< relative deadline; 0: none (a timer's duration)
+  std::int64_t deadline_ns = 0;  ///< relative deadline; 0: none (a timer's duration, or its time: kTimerAbsolute)
   std::string path;              ///< openat / statx
   sockaddr_storage sa{};         ///< connect
   socklen_t sa_len = 0;
