@@ -6,7 +6,9 @@
 //
 // * Pool threads (IoOptions::threads, at least one) take requests from one
 //   FIFO queue and run the blocking syscall: openat, close, fsync/fdatasync,
-//   statx, and read/write/readv/writev on anything that is not pollable
+//   statx, mkdirat, unlinkat, renameat2, the directory listing (openat,
+//   getdents, lstat where d_type is unknown), and
+//   read/write/readv/writev on anything that is not pollable
 //   (regular files, block devices, directories). Each delivers what it ran.
 //
 // * One poll thread owns everything that waits: sockets, pipes, FIFOs and
@@ -59,6 +61,7 @@
 //   backend_data   link in the cancel list (a request may sit there while it
 //                  is also in one of the lists above).
 //   backend_ts     absolute CLOCK_MONOTONIC deadline, when kHasDeadline.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -71,6 +74,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
@@ -78,6 +82,8 @@
 #include <ctime>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -85,6 +91,7 @@
 
 #include "backends.hpp"
 #include "ordo/engine.hpp"
+#include "ordo/io/dir_entry.hpp"
 
 namespace ordo::io::detail {
 namespace {
@@ -185,6 +192,62 @@ struct IoVecs {
   }
 };
 
+FileType file_type(unsigned char d_type) noexcept {
+  switch (d_type) {
+    case DT_REG: return FileType::regular;
+    case DT_DIR: return FileType::directory;
+    case DT_LNK: return FileType::symlink;
+    case DT_BLK: return FileType::block_device;
+    case DT_CHR: return FileType::character_device;
+    case DT_FIFO: return FileType::fifo;
+    case DT_SOCK: return FileType::socket;
+    default: return FileType::unknown;
+  }
+}
+
+/// list_dir: the entries of directory `path` (relative to `fd`) into the
+/// vector at `addr`, sorted by name; the count, or -errno.
+std::int64_t list_dir(Request* r) noexcept {
+  auto& out = *static_cast<std::vector<DirEntry>*>(r->addr);
+  out.clear();
+  const int fd = ::openat(r->fd, r->path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return neg_errno();
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    const std::int64_t res = neg_errno();
+    ::close(fd);
+    return res;
+  }
+  std::int64_t res = 0;
+  try {
+    for (;;) {
+      errno = 0;
+      const dirent64* e = ::readdir64(dir);
+      if (e == nullptr) {
+        if (errno != 0) res = neg_errno();
+        break;
+      }
+      const std::string_view name(e->d_name);
+      if (name == "." || name == "..") continue;
+      FileType type = file_type(e->d_type);
+      if (type == FileType::unknown) {  // the file system does not fill d_type (some do not)
+        struct stat st {};
+        if (::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) type = file_type(IFTODT(st.st_mode));
+      }
+      out.push_back(DirEntry{std::string(name), type, e->d_ino});
+    }
+    std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  } catch (...) {
+    res = -ENOMEM;
+  }
+  ::closedir(dir);  // closes fd
+  if (res < 0) {
+    out.clear();
+    return res;
+  }
+  return static_cast<std::int64_t>(out.size());
+}
+
 /// The blocking syscall of a pool request, once. -errno on failure.
 std::int64_t blocking_once(Request* r) noexcept {
   const bool at_pos = r->off == kNoOffset;
@@ -224,6 +287,18 @@ std::int64_t blocking_once(Request* r) noexcept {
       n = ::statx(r->fd, r->path.c_str(), static_cast<int>(r->op_flags), r->mode,
                   static_cast<struct statx*>(r->addr));
       break;
+    case OpCode::mkdirat:
+      n = ::mkdirat(r->fd, r->path.c_str(), static_cast<mode_t>(r->mode));
+      break;
+    case OpCode::unlinkat:
+      n = ::unlinkat(r->fd, r->path.c_str(), static_cast<int>(r->op_flags));
+      break;
+    case OpCode::renameat:
+      n = ::renameat2(r->fd, r->path.c_str(), r->fd2, r->path2.c_str(), r->op_flags);
+      if (n < 0 && errno == ENOSYS && r->op_flags == 0) n = ::renameat(r->fd, r->path.c_str(), r->fd2, r->path2.c_str());
+      break;
+    case OpCode::list_dir:
+      return list_dir(r);
     default:
       return -EINVAL;
   }
@@ -454,6 +529,10 @@ void ThreadsBackend::submit(Request* r) noexcept {
     case OpCode::close:
     case OpCode::fsync:
     case OpCode::statx:
+    case OpCode::mkdirat:
+    case OpCode::unlinkat:
+    case OpCode::renameat:
+    case OpCode::list_dir:
       return submit_pool(r);
     case OpCode::read:
     case OpCode::write:
