@@ -427,6 +427,15 @@ std::size_t Reactor::in_flight() const noexcept {
 }
 
 detail::BackendImpl& Reactor::route(detail::OpCode code) {
+  switch (code) {  // only these may be unsupported: the hot path asks no virtual question
+    case detail::OpCode::mkdirat:
+    case detail::OpCode::unlinkat:
+    case detail::OpCode::renameat:
+    case detail::OpCode::list_dir:
+      break;
+    default:
+      return *backend_;
+  }
   if (backend_->supports(code)) return *backend_;
   State& s = *state_;
   if (detail::BackendImpl* b = s.blocking.load(std::memory_order_acquire)) return *b;

@@ -474,7 +474,9 @@ Task<LaneResult> run_lane(Reactor& io, std::string root, int root_fd, int lane, 
           const std::size_t n = co_await io.read(fd, std::as_writable_bytes(std::span(back)), 0);
           co_await io.close(fd);
           back.resize(n);
-          if (it == model.files.end() || back != it->second) mismatches.push_back(std::to_string(i) + ": " + what + ": content");
+          if (it == model.files.end() || back != it->second) {
+            mismatches.push_back(std::to_string(i) + ": " + what + ": content");
+          }
           break;
         }
         case FsOp::list: {
@@ -484,7 +486,9 @@ Task<LaneResult> run_lane(Reactor& io, std::string root, int root_fd, int lane, 
           const Where w = where(d.empty() ? "." : d);
           std::vector<DirEntry> got_entries = co_await io.list_dir(w.fd, w.path);
           for (DirEntry& e : got_entries) e.inode = 0;
-          if (expected == 0 && got_entries != model.listing(d)) mismatches.push_back(std::to_string(i) + ": " + what + ": entries");
+          if (expected == 0 && got_entries != model.listing(d)) {
+            mismatches.push_back(std::to_string(i) + ": " + what + ": entries");
+          }
           break;
         }
         case FsOp::kCount:

@@ -158,7 +158,8 @@ class BackendImpl {
   [[nodiscard]] virtual Backend kind() const noexcept = 0;
   /// Whether submit() can run requests of `code`; the Reactor hands the
   /// others to a thread backend of its own (io_uring has no getdents; an
-  /// older kernel lacks the mkdirat/unlinkat/renameat opcodes).
+  /// older kernel lacks the mkdirat/unlinkat/renameat opcodes). Asked only
+  /// for those four: every backend runs all the other requests.
   [[nodiscard]] virtual bool supports(OpCode code) const noexcept {
     (void)code;
     return true;
