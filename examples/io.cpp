@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -109,6 +110,12 @@ ordo::Task<void> directories(ordo::io::Reactor& io, std::string root) {
   co_await io.close(dir);
   // [end]
   assert(entries.size() == 1 && entries[0].name == "0.bin" && entries[0].type == ordo::io::FileType::regular);
+  // [snippet:io_dir_entries]
+  ordo::AsyncGenerator<ordo::io::DirEntry> all = ordo::io::dir_entries(io, root);  // a read_dir per batch
+  std::size_t count = 0;
+  while (std::optional<ordo::io::DirEntry> e = co_await all.next()) ++count;  // in the file system's order
+  // [end]
+  assert(count == 2);  // hello.txt and data
   co_await io.rmdir(root + "/data");
 }
 

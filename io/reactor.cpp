@@ -139,7 +139,7 @@ const struct statx& Result::stat() const {
 
 std::vector<DirEntry>& Result::entries() const {
   rethrow_if_error();
-  if (req_->code != detail::OpCode::list_dir) {
+  if (req_->code != detail::OpCode::list_dir && req_->code != detail::OpCode::read_dir) {
     throw Error(Errc::invalid_argument, std::string("Result::entries() of a ") + op() + " request");
   }
   return *static_cast<std::vector<DirEntry>*>(req_->addr);
@@ -172,6 +172,7 @@ const char* op_name(OpCode code) noexcept {
     case OpCode::unlinkat: return "unlink";
     case OpCode::renameat: return "rename";
     case OpCode::list_dir: return "list_dir";
+    case OpCode::read_dir: return "read_dir";
   }
   return "io";
 }
@@ -432,6 +433,7 @@ detail::BackendImpl& Reactor::route(detail::OpCode code) {
     case detail::OpCode::unlinkat:
     case detail::OpCode::renameat:
     case detail::OpCode::list_dir:
+    case detail::OpCode::read_dir:
       break;
     default:
       return *backend_;
@@ -606,7 +608,7 @@ Handle Reactor::start_pooled(detail::IoOpBase& op, bool completion, detail::Call
   Pooled* p = alloc_pooled();
   detail::copy_description(op.req_, p->req);
   if (p->req.code == detail::OpCode::statx) p->req.addr = &p->stx;
-  if (p->req.code == detail::OpCode::list_dir) p->req.addr = &p->entries;
+  if (p->req.code == detail::OpCode::list_dir || p->req.code == detail::OpCode::read_dir) p->req.addr = &p->entries;
   p->io = this;
   p->completion = completion;
   if (cb != nullptr) p->cb = std::move(*cb);
@@ -759,6 +761,12 @@ IoOp<std::vector<DirEntry>> Reactor::list_dir(int dirfd, std::string path) {
   return IoOp<std::vector<DirEntry>>(this, detail::OpCode::list_dir, [&](detail::Request& req) {
     req.fd = dirfd;
     req.path = std::move(path);
+  });
+}
+
+IoOp<std::vector<DirEntry>> Reactor::read_dir(int dir_fd) {
+  return IoOp<std::vector<DirEntry>>(this, detail::OpCode::read_dir, [&](detail::Request& req) {
+    req.fd = dir_fd;
   });
 }
 

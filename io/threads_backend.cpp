@@ -6,8 +6,8 @@
 //
 // * Pool threads (IoOptions::threads, at least one) take requests from one
 //   FIFO queue and run the blocking syscall: openat, close, fsync/fdatasync,
-//   statx, mkdirat, unlinkat, renameat2, the directory listing (openat,
-//   getdents, lstat where d_type is unknown), and
+//   statx, mkdirat, unlinkat, renameat2, the directory listings (openat,
+//   getdents64, statx where d_type is unknown), and
 //   read/write/readv/writev on anything that is not pollable
 //   (regular files, block devices, directories). Each delivers what it ran.
 //
@@ -206,14 +206,45 @@ FileType file_type(unsigned char d_type) noexcept {
   }
 }
 
+/// One getdents64 batch of directory `dir` appended to `out` ("." and ".."
+/// left out): the count of records read (0: the end), or -errno. Raw system
+/// calls, out of ThreadSanitizer's sight: io_uring opens and closes
+/// descriptors where it cannot see either, so a descriptor number reused
+/// here would look like a race with a use of its previous holder on another
+/// thread.
+std::int64_t read_entries(int dir, std::vector<DirEntry>& out) {
+  alignas(8) char buf[32 * 1024];
+  long n = 0;
+  do {
+    n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return neg_errno();
+  // linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+  std::int64_t records = 0;
+  for (long at = 0; at < n; ++records) {
+    const char* rec = buf + at;
+    std::uint64_t ino = 0;
+    std::uint16_t reclen = 0;
+    std::memcpy(&ino, rec, sizeof ino);
+    std::memcpy(&reclen, rec + 16, sizeof reclen);
+    const auto d_type = static_cast<unsigned char>(rec[18]);
+    const std::string_view name(rec + 19);
+    at += reclen;
+    if (name == "." || name == "..") continue;
+    FileType type = file_type(d_type);
+    if (type == FileType::unknown) {  // the file system does not fill d_type (some do not)
+      struct statx st {};
+      if (::statx(dir, rec + 19, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &st) == 0) {
+        type = file_type(static_cast<unsigned char>(IFTODT(st.stx_mode)));
+      }
+    }
+    out.push_back(DirEntry{std::string(name), type, ino});
+  }
+  return records;
+}
+
 /// list_dir: the entries of directory `path` (relative to `fd`) into the
 /// vector at `addr`, sorted by name; the count, or -errno.
-///
-/// The directory's descriptor is opened, read and closed with raw system
-/// calls, out of ThreadSanitizer's sight: io_uring opens and closes
-/// descriptors where it cannot see either, so a number this private
-/// descriptor reuses would look like a race with a use of its previous
-/// holder on another thread.
 std::int64_t list_dir(Request* r) noexcept {
   auto& out = *static_cast<std::vector<DirEntry>*>(r->addr);
   out.clear();
@@ -222,32 +253,7 @@ std::int64_t list_dir(Request* r) noexcept {
   const int dir = static_cast<int>(fd);
   std::int64_t res = 0;
   try {
-    alignas(8) char buf[32 * 1024];
-    for (;;) {
-      const long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) res = neg_errno();
-      if (n <= 0) break;
-      // linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
-      for (long at = 0; at < n;) {
-        const char* rec = buf + at;
-        std::uint64_t ino = 0;
-        std::uint16_t reclen = 0;
-        std::memcpy(&ino, rec, sizeof ino);
-        std::memcpy(&reclen, rec + 16, sizeof reclen);
-        const auto d_type = static_cast<unsigned char>(rec[18]);
-        const std::string_view name(rec + 19);
-        at += reclen;
-        if (name == "." || name == "..") continue;
-        FileType type = file_type(d_type);
-        if (type == FileType::unknown) {  // the file system does not fill d_type (some do not)
-          struct statx st {};
-          if (::statx(dir, rec + 19, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &st) == 0) {
-            type = file_type(static_cast<unsigned char>(IFTODT(st.stx_mode)));
-          }
-        }
-        out.push_back(DirEntry{std::string(name), type, ino});
-      }
+    while ((res = read_entries(dir, out)) > 0) {
     }
     std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   } catch (...) {
@@ -259,6 +265,23 @@ std::int64_t list_dir(Request* r) noexcept {
     return res;
   }
   return static_cast<std::int64_t>(out.size());
+}
+
+/// read_dir: the next batch of the open directory `fd` into the vector at
+/// `addr` (batches of only "." and ".." are skipped); the count, 0 at the end.
+std::int64_t read_dir(Request* r) noexcept {
+  auto& out = *static_cast<std::vector<DirEntry>*>(r->addr);
+  out.clear();
+  try {
+    for (;;) {
+      const std::int64_t records = read_entries(r->fd, out);
+      if (records <= 0) return records;
+      if (!out.empty()) return static_cast<std::int64_t>(out.size());
+    }
+  } catch (...) {
+    out.clear();
+    return -ENOMEM;
+  }
 }
 
 /// The blocking syscall of a pool request, once. -errno on failure.
@@ -314,6 +337,8 @@ std::int64_t blocking_once(Request* r) noexcept {
       break;
     case OpCode::list_dir:
       return list_dir(r);
+    case OpCode::read_dir:
+      return read_dir(r);
     default:
       return -EINVAL;
   }
@@ -548,6 +573,7 @@ void ThreadsBackend::submit(Request* r) noexcept {
     case OpCode::unlinkat:
     case OpCode::renameat:
     case OpCode::list_dir:
+    case OpCode::read_dir:
       return submit_pool(r);
     case OpCode::read:
     case OpCode::write:

@@ -206,7 +206,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       case OpCode::mkdirat: return (fs_ops_ & kFsMkdir) != 0;
       case OpCode::unlinkat: return (fs_ops_ & kFsUnlink) != 0;
       case OpCode::renameat: return (fs_ops_ & kFsRename) != 0;
-      case OpCode::list_dir: return false;  // no getdents opcode
+      case OpCode::list_dir:
+      case OpCode::read_dir: return false;  // no getdents opcode
       default: return true;
     }
   }
@@ -518,6 +519,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         io_uring_prep_renameat(sqe, r->fd, r->path.c_str(), r->fd2, r->path2.c_str(), r->op_flags);
         break;
       case OpCode::list_dir:  // never submitted here (supports())
+      case OpCode::read_dir:
         io_uring_prep_nop(sqe);
         break;
       case OpCode::close:

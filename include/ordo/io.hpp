@@ -429,6 +429,13 @@ class Reactor {
   /// request. A timeout or stop ends it while queued; a running listing completes.
   IoOp<std::vector<DirEntry>> list_dir(std::string path);
   IoOp<std::vector<DirEntry>> list_dir(int dirfd, std::string path);
+  /// The next entries of the open directory `dir_fd` from its position on,
+  /// in the order the file system keeps them ("." and ".." left out): one
+  /// getdents64(2) batch (32 KiB of records), which advances the position;
+  /// empty at the end. One read_dir at a time per descriptor. Runs where
+  /// list_dir does. ordo::io::dir_entries (ordo/io/files.hpp) streams a
+  /// directory with it.
+  IoOp<std::vector<DirEntry>> read_dir(int dir_fd);
 
   // Sockets.
   IoOp<int> accept(int listen_fd);

@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <latch>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <stop_token>
@@ -25,7 +28,9 @@
 
 #include "core/test_util.hpp"
 #include "io/io_test_util.hpp"
+#include "ordo/generator.hpp"
 #include "ordo/io.hpp"
+#include "ordo/io/files.hpp"
 #include "ordo/task.hpp"
 
 namespace ordo::io {
@@ -220,6 +225,72 @@ TEST_P(FsOps, ListDirMatchesWhatWasCreated) {
   });
   done.wait();
   EXPECT_EQ(got, expected);
+}
+
+std::size_t open_fds() {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
+}
+
+/// Up to `limit` entries of `gen`, then the generator is dropped.
+Task<std::vector<DirEntry>> take(AsyncGenerator<DirEntry> gen, std::size_t limit) {
+  std::vector<DirEntry> out;
+  while (out.size() < limit) {
+    std::optional<DirEntry> e = co_await gen.next();
+    if (!e) break;
+    out.push_back(std::move(*e));
+  }
+  co_return out;
+}
+
+TEST_P(FsOps, DirEntriesStreamsADirectoryInBatches) {
+  fs::create_directory(tmp.path / "big");
+  const std::string pad(60, 'p');  // ~90-byte records: several 32 KiB batches
+  for (int i = 0; i < 2000; ++i) std::ofstream(tmp.path / "big" / (pad + std::to_string(i))) << i;
+  fs::create_directory(tmp.path / "big/sub");
+  const std::vector<DirEntry> all = sync_wait(await_op(io.list_dir(tmp / "big")));
+  ASSERT_EQ(all.size(), 2001U);
+  auto by_name = [](std::vector<DirEntry> v) {
+    std::sort(v.begin(), v.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    return v;
+  };
+  const int root = open_dir(tmp.path.string());
+  EXPECT_EQ(by_name(sync_wait(take(dir_entries(io, tmp / "big"), SIZE_MAX))), all);
+  EXPECT_EQ(by_name(sync_wait(take(dir_entries(io, root, "big"), SIZE_MAX))), all);
+
+  // read_dir itself: batches from the descriptor's position, empty at the end.
+  const int big = open_dir(tmp / "big");
+  std::vector<DirEntry> batches;
+  int count = 0;
+  for (;;) {
+    std::vector<DirEntry> batch = sync_wait(await_op(io.read_dir(big)));
+    if (batch.empty()) break;
+    ++count;
+    batches.insert(batches.end(), batch.begin(), batch.end());
+  }
+  EXPECT_GT(count, 1);
+  EXPECT_EQ(by_name(batches), all);
+  EXPECT_TRUE(sync_wait(await_op(io.read_dir(big))).empty());
+
+  // Dropped before the end: its descriptor is closed.
+  const std::size_t fds = open_fds();
+  EXPECT_EQ(sync_wait(take(dir_entries(io, root, "big"), 3)).size(), 3U);
+  EXPECT_EQ(open_fds(), fds);
+
+  // Errors name the path (read_dir alone knows only its descriptor).
+  try {
+    (void)sync_wait(take(dir_entries(io, root, "missing"), SIZE_MAX));
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+    EXPECT_EQ(e.path(), "missing");
+  }
+  std::ofstream(tmp.path / "file") << "f";
+  const int file = ::open((tmp / "file").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(file, 0);
+  const IoError not_dir = failure_of(io.read_dir(file));
+  ::close(file);
+  EXPECT_EQ(not_dir.code(), std::errc::not_a_directory);
+  EXPECT_STREQ(not_dir.op(), "read_dir");
 }
 
 TEST_P(FsOps, MissingPathsAreNamedInTheError) {

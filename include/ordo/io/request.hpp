@@ -43,6 +43,7 @@ enum class OpCode : std::uint8_t {
   unlinkat,  ///< fd = dirfd, path, op_flags = 0 or AT_REMOVEDIR
   renameat,  ///< fd = old dirfd, path = old path, fd2 = new dirfd, path2 = new path, op_flags = RENAME_* flags
   list_dir,  ///< fd = dirfd, path, addr = std::vector<DirEntry>* -> entry count (blocking threads only)
+  read_dir,  ///< fd = an open directory, addr = std::vector<DirEntry>* -> the next batch's count, 0 at the end
 };
 
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
@@ -159,7 +160,7 @@ class BackendImpl {
   /// Whether submit() can run requests of `code`; the Reactor hands the
   /// others to a thread backend of its own (io_uring has no getdents; an
   /// older kernel lacks the mkdirat/unlinkat/renameat opcodes). Asked only
-  /// for those four: every backend runs all the other requests.
+  /// for those and the listings: every backend runs all the other requests.
   [[nodiscard]] virtual bool supports(OpCode code) const noexcept {
     (void)code;
     return true;
