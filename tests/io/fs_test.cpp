@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends.hpp"
 #include "core/test_util.hpp"
 #include "io/io_test_util.hpp"
 #include "ordo/generator.hpp"
@@ -673,6 +674,40 @@ TEST(FsOpsThreads, QueuedRequestsAreCancelledAndTimedOutBeforeTheyRun) {
   EXPECT_TRUE(fs::exists(fifo));
   EXPECT_FALSE(fs::exists(tmp.path / "moved"));
 }
+
+#if defined(ORDO_IO_HAVE_URING)
+/// The io_uring backend claims the file-system opcodes its ring's probe has
+/// and never the listings (no getdents opcode): the Reactor sends those to
+/// its own thread backend. One that reached the ring anyway would fail with
+/// EOPNOTSUPP, not run as something else.
+TEST(FsOpsUring, ListingsAreLeftToTheReactorsThreads) {
+  std::string why;
+  auto backend = detail::make_uring_backend(IoOptions{}, nullptr, why);
+  if (!backend) GTEST_SKIP() << "io_uring unavailable: " << why;
+  EXPECT_FALSE(backend->supports(detail::OpCode::list_dir));
+  EXPECT_FALSE(backend->supports(detail::OpCode::read_dir));
+  // Linux 5.15 has all three; this project's machines run newer kernels.
+  EXPECT_TRUE(backend->supports(detail::OpCode::mkdirat));
+  EXPECT_TRUE(backend->supports(detail::OpCode::unlinkat));
+  EXPECT_TRUE(backend->supports(detail::OpCode::renameat));
+
+  struct Op : detail::Request {
+    std::latch delivered{1};
+    static void on_done(detail::Request* r) noexcept { static_cast<Op*>(r)->delivered.count_down(); }
+  } op;
+  std::vector<DirEntry> entries;
+  op.code = detail::OpCode::list_dir;
+  op.fd = AT_FDCWD;
+  op.path = ".";
+  op.addr = &entries;
+  op.done = &Op::on_done;
+  op.refs.store(1, std::memory_order_relaxed);
+  backend->submit(&op);
+  op.delivered.wait();
+  EXPECT_EQ(op.res, -EOPNOTSUPP);
+  backend->shutdown();
+}
+#endif
 
 }  // namespace
 }  // namespace ordo::io
