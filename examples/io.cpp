@@ -15,10 +15,11 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
+#include <cstdio>  // RENAME_NOREPLACE
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -87,6 +88,37 @@ ordo::Task<void> files(ordo::io::Reactor& io, std::string path) {
   assert(text == "hello, ordo::io\n" && lines == 1);
 }
 
+ordo::Task<void> directories(ordo::io::Reactor& io, std::string root) {
+  // [snippet:io_dirs]
+  co_await io.mkdir(root + "/data");
+  const int dir = co_await io.open(root + "/data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  co_await io.mkdir(dir, "shards", 0750);  // relative to dir
+  const int fd = co_await io.open(dir, "shards/0.tmp", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  co_await io.close(fd);
+  co_await io.rename(dir, "shards/0.tmp", dir, "shards/0.bin", RENAME_NOREPLACE);  // EEXIST if 0.bin exists
+  std::vector<ordo::io::DirEntry> entries = co_await io.list_dir(dir, "shards");  // sorted, no "." or ".."
+  for (const ordo::io::DirEntry& e : entries) {
+    std::printf("%s%s\n", e.name.c_str(), e.type == ordo::io::FileType::directory ? "/" : "");
+  }
+  try {
+    co_await io.rmdir(dir, "shards");
+  } catch (const ordo::io::IoError& e) {  // "ordo::io rmdir 'shards' (in directory fd 7): Directory not empty"
+    assert(e.code() == std::errc::directory_not_empty && e.path() == "shards");
+  }
+  co_await io.unlink(dir, "shards/0.bin");
+  co_await io.rmdir(dir, "shards");
+  co_await io.close(dir);
+  // [end]
+  assert(entries.size() == 1 && entries[0].name == "0.bin" && entries[0].type == ordo::io::FileType::regular);
+  // [snippet:io_dir_entries]
+  ordo::AsyncGenerator<ordo::io::DirEntry> all = ordo::io::dir_entries(io, root);  // a read_dir per batch
+  std::size_t count = 0;
+  while (std::optional<ordo::io::DirEntry> e = co_await all.next()) ++count;  // in the file system's order
+  // [end]
+  assert(count == 2);  // hello.txt and data
+  co_await io.rmdir(root + "/data");
+}
+
 }  // namespace
 
 int main() {
@@ -108,6 +140,7 @@ int main() {
     ordo::sync_wait(files(io, path));
     const std::uint64_t bytes = size_by_callback(io, path);
     assert(bytes == 16);
+    ordo::sync_wait(directories(io, dir.string()));
   }
   fs::remove_all(dir);
   std::printf("io examples OK\n");

@@ -59,16 +59,26 @@ class IoCategory final : public std::error_category {
   }
 };
 
+// A path in an error message; a relative one given with a directory fd
+// names the fd too, as the path alone does not say where it was looked up.
+void append_path(std::string& s, std::string_view path, int dirfd) {
+  s += " '";
+  s += path;
+  s += '\'';
+  if (dirfd != AT_FDCWD && path.front() != '/') s += " (in directory fd " + std::to_string(dirfd) + ")";
+}
+
 // std::system_error appends ": " + ec.message() to this prefix, so what()
 // reads "ordo::io read: Bad file descriptor" (the message is not repeated),
 // or "ordo::io open '/tmp/x': No such file or directory" for a request given
 // a path: an errno alone does not say which file was missing.
-std::string describe(std::error_code ec, const char* op, std::size_t transferred, std::string_view path) {
+std::string describe(std::error_code ec, const char* op, std::size_t transferred, std::string_view path,
+                     std::string_view new_path, int dirfd, int new_dirfd) {
   std::string s = std::string("ordo::io ") + op;
-  if (!path.empty()) {
-    s += " '";
-    s += path;
-    s += '\'';
+  if (!path.empty()) append_path(s, path, dirfd);
+  if (!new_path.empty()) {
+    s += " to";
+    append_path(s, new_path, new_dirfd);
   }
   if (ec == errc::short_transfer) s += " after " + std::to_string(transferred) + " bytes";
   return s;
@@ -80,21 +90,38 @@ const std::error_category& io_category() noexcept {
   return category;
 }
 
-IoError::IoError(std::error_code ec, const char* op, std::size_t transferred, std::string_view path)
-    : std::system_error(ec, describe(ec, op, transferred, path)),
+IoError::IoError(std::error_code ec, const char* op, std::size_t transferred, std::string_view path,
+                 std::string_view new_path, int dirfd, int new_dirfd)
+    : std::system_error(ec, describe(ec, op, transferred, path, new_path, dirfd, new_dirfd)),
       op_(op),
       transferred_(transferred),
-      path_(path.empty() ? nullptr : std::make_shared<const std::string>(path)) {}
+      paths_(path.empty() && new_path.empty() ? nullptr
+                                               : std::make_shared<const Paths>(Paths{std::string(path),
+                                                                                     std::string(new_path)})) {}
 
 const std::string& IoError::path() const noexcept {
   static const std::string none;
-  return path_ ? *path_ : none;
+  return paths_ ? paths_->path : none;
 }
 
-const char* Result::op() const noexcept { return detail::op_name(code_); }
+const std::string& IoError::new_path() const noexcept {
+  static const std::string none;
+  return paths_ ? paths_->new_path : none;
+}
+
+namespace {
+/// The IoError of a failed request, naming its op and paths.
+IoError request_error(std::error_code ec, std::size_t transferred, const detail::Request& r) {
+  const bool two = r.code == detail::OpCode::renameat;
+  return IoError(ec, detail::op_name(r), transferred, r.path, two ? std::string_view(r.path2) : std::string_view(),
+                 r.path.empty() ? AT_FDCWD : r.fd, two ? r.fd2 : AT_FDCWD);
+}
+}  // namespace
+
+const char* Result::op() const noexcept { return detail::op_name(*req_); }
 
 void Result::rethrow_if_error() const {
-  if (ec_) throw IoError(ec_, op(), transferred_, path_);
+  if (ec_) throw request_error(ec_, transferred_, *req_);
 }
 
 std::size_t Result::value() const {
@@ -104,13 +131,23 @@ std::size_t Result::value() const {
 
 const struct statx& Result::stat() const {
   rethrow_if_error();
-  if (stx_ == nullptr) throw Error(Errc::invalid_argument, std::string("Result::stat() of a ") + op() + " request");
-  return *stx_;
+  if (req_->code != detail::OpCode::statx) {
+    throw Error(Errc::invalid_argument, std::string("Result::stat() of a ") + op() + " request");
+  }
+  return *static_cast<const struct statx*>(req_->addr);
+}
+
+std::vector<DirEntry>& Result::entries() const {
+  rethrow_if_error();
+  if (req_->code != detail::OpCode::list_dir && req_->code != detail::OpCode::read_dir) {
+    throw Error(Errc::invalid_argument, std::string("Result::entries() of a ") + op() + " request");
+  }
+  return *static_cast<std::vector<DirEntry>*>(req_->addr);
 }
 
 std::exception_ptr Result::exception() const {
   if (!ec_) return nullptr;
-  return std::make_exception_ptr(IoError(ec_, op(), transferred_, path_));
+  return std::make_exception_ptr(request_error(ec_, transferred_, *req_));
 }
 
 namespace detail {
@@ -131,8 +168,18 @@ const char* op_name(OpCode code) noexcept {
     case OpCode::recv: return "recv";
     case OpCode::send: return "send";
     case OpCode::timer: return "sleep_for";
+    case OpCode::mkdirat: return "mkdir";
+    case OpCode::unlinkat: return "unlink";
+    case OpCode::renameat: return "rename";
+    case OpCode::list_dir: return "list_dir";
+    case OpCode::read_dir: return "read_dir";
   }
   return "io";
+}
+
+const char* op_name(const Request& r) noexcept {
+  if (r.code == OpCode::unlinkat && (r.op_flags & AT_REMOVEDIR) != 0) return "rmdir";
+  return op_name(r.code);
 }
 
 namespace {
@@ -147,6 +194,8 @@ void copy_description(const Request& from, Request& to) {
   to.mode = from.mode;
   to.deadline_ns = from.deadline_ns;
   to.path = from.path;
+  to.fd2 = from.fd2;
+  to.path2 = from.path2;
   to.sa = from.sa;
   to.sa_len = from.sa_len;
   to.res = 0;
@@ -205,6 +254,7 @@ IoOpBase::IoOpBase(IoOpBase&& o) : io_(o.io_) {
   if (o.started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was moved after it started");
   copy_description(o.req_, req_);
   stx_ = std::move(o.stx_);  // on the heap: req_.addr stays valid
+  entries_ = std::move(o.entries_);
   exact_ = o.exact_;
   token_ = std::move(o.token_);
 }
@@ -276,7 +326,7 @@ void IoOpBase::on_done(Request* r) noexcept {
 
 std::int64_t IoOpBase::outcome() {
   on_stop_.reset();
-  if (ec_) throw IoError(ec_, op_name(req_.code), transferred_, req_.path);
+  if (ec_) throw request_error(ec_, transferred_, req_);
   return value_;
 }
 
@@ -291,6 +341,7 @@ struct Reactor::Pooled {
   detail::Request req;
   Reactor* io = nullptr;
   struct statx stx{};
+  std::vector<DirEntry> entries;
   detail::Callback cb;
   OnComplete done;
   bool completion = false;
@@ -357,6 +408,15 @@ struct Reactor::State final : ordo::detail::TimerService::Delegate {
   std::mutex drained_mutex;
   std::condition_variable drained_cv;
   bool drained = false;  ///< guarded by drained_mutex: set by whoever brings `tasks` to zero
+
+  /// A thread backend for the requests the main backend does not support
+  /// (io_uring: list_dir, and the file-system opcodes an older kernel
+  /// lacks). Made once, by the first start() that needs it (under
+  /// blocking_mutex); `blocking` is published with release, read with
+  /// acquire; shut down and destroyed with the reactor.
+  std::mutex blocking_mutex;
+  std::unique_ptr<detail::BackendImpl> blocking_owner;  ///< guarded by blocking_mutex
+  std::atomic<detail::BackendImpl*> blocking{nullptr};
 };
 
 Reactor::Reactor(Engine& engine, IoOptions options)
@@ -408,13 +468,39 @@ Reactor::~Reactor() {
   s.closed.store(true, std::memory_order_seq_cst);
   while (s.starting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   backend_->shutdown();  // every request delivered: their callbacks and resumptions are posted
+  if (detail::BackendImpl* b = s.blocking.load(std::memory_order_acquire)) b->shutdown();
   if (s.tasks.fetch_sub(1, std::memory_order_acq_rel) != 1) {
     std::unique_lock lock(s.drained_mutex);
     s.drained_cv.wait(lock, [&] { return s.drained; });
   }
 }
 
-std::size_t Reactor::in_flight() const noexcept { return backend_->in_flight(); }
+std::size_t Reactor::in_flight() const noexcept {
+  const detail::BackendImpl* b = state_->blocking.load(std::memory_order_acquire);
+  return backend_->in_flight() + (b != nullptr ? b->in_flight() : 0);
+}
+
+detail::BackendImpl& Reactor::route(detail::OpCode code) {
+  switch (code) {  // only these may be unsupported: the hot path asks no virtual question
+    case detail::OpCode::mkdirat:
+    case detail::OpCode::unlinkat:
+    case detail::OpCode::renameat:
+    case detail::OpCode::list_dir:
+    case detail::OpCode::read_dir:
+      break;
+    default:
+      return *backend_;
+  }
+  if (backend_->supports(code)) return *backend_;
+  State& s = *state_;
+  if (detail::BackendImpl* b = s.blocking.load(std::memory_order_acquire)) return *b;
+  std::lock_guard lock(s.blocking_mutex);
+  if (!s.blocking_owner) {
+    s.blocking_owner = detail::make_threads_backend(opts_);
+    s.blocking.store(s.blocking_owner.get(), std::memory_order_release);
+  }
+  return *s.blocking_owner;
+}
 bool Reactor::idle_workers_reap() const noexcept { return backend_->workers_reap(); }
 bool Reactor::cooperative_taskrun() const noexcept { return backend_->cooperative_taskrun(); }
 ReactorStats Reactor::stats() const noexcept { return backend_->stats(); }
@@ -431,12 +517,27 @@ void Reactor::start(detail::Request* r) {
     detail::finish_op(r, -ECANCELED);
     return;
   }
-  backend_->submit(r);
+  detail::BackendImpl* backend = nullptr;
+  std::int64_t failed = 0;
+  try {
+    backend = &route(r->code);
+  } catch (const std::system_error& e) {  // no blocking backend: no eventfd or thread
+    failed = e.code().category() == std::generic_category() ? -e.code().value() : -EAGAIN;
+  } catch (...) {
+    failed = -ENOMEM;
+  }
+  if (backend != nullptr) {
+    backend->submit(r);
+  } else {
+    const CompletionThread scope;
+    detail::finish_op(r, failed);
+  }
   s.starting.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Reactor::cancel(detail::Request* r) {
-  if (detail::try_retain(r)) backend_->cancel(r);  // else delivered (or being delivered): too late
+  // route() cannot throw here: the request was submitted, so its backend exists.
+  if (detail::try_retain(r)) route(r->code).cancel(r);  // else delivered (or being delivered): too late
 }
 
 bool Handle::cancel() const {
@@ -447,7 +548,7 @@ bool Handle::cancel() const {
     detail::release(r_);
     return false;
   }
-  io_->backend_->cancel(r_);
+  io_->route(r_->code).cancel(r_);
   return true;
 }
 
@@ -466,6 +567,7 @@ Reactor::Pooled* Reactor::alloc_pooled() {
 void Reactor::free_pooled(Pooled* p) noexcept {
   p->cb.reset();
   p->done = OnComplete{};
+  std::vector<DirEntry>().swap(p->entries);
   p->req.gen.fetch_add(1, std::memory_order_acq_rel);
   State& s = *state_;
   std::lock_guard lock(s.pool_mutex);
@@ -510,8 +612,7 @@ void Reactor::post_callback(Pooled* p) noexcept {
     std::error_code ec;
     std::int64_t value = 0;
     detail::settle(&p->req, p->exact, ec, value);
-    const Result result(value, p->req.code, ec, p->exact.moved, p->req.code == detail::OpCode::statx ? &p->stx : nullptr,
-                        p->req.path);
+    const Result result(value, ec, p->exact.moved, p->req);
     p->cb(result);
   };
   try {
@@ -539,7 +640,7 @@ void Reactor::pooled_done(detail::Request* r) noexcept {
   std::exception_ptr error;
   if (ec) {
     try {
-      error = std::make_exception_ptr(IoError(ec, detail::op_name(r->code), p->exact.moved, r->path));
+      error = std::make_exception_ptr(request_error(ec, p->exact.moved, *r));
     } catch (...) {
       error = std::current_exception();
     }
@@ -560,6 +661,7 @@ Handle Reactor::start_pooled(detail::IoOpBase& op, bool completion, detail::Call
   Pooled* p = alloc_pooled();
   detail::copy_description(op.req_, p->req);
   if (p->req.code == detail::OpCode::statx) p->req.addr = &p->stx;
+  if (p->req.code == detail::OpCode::list_dir || p->req.code == detail::OpCode::read_dir) p->req.addr = &p->entries;
   p->io = this;
   p->completion = completion;
   if (cb != nullptr) p->cb = std::move(*cb);
@@ -583,8 +685,12 @@ Handle detail::IoOpBase::start_completion(OnComplete done) { return io_->start_p
 // Operations
 
 IoOp<int> Reactor::open(std::string path, int flags, mode_t mode) {
+  return open(AT_FDCWD, std::move(path), flags, mode);
+}
+
+IoOp<int> Reactor::open(int dirfd, std::string path, int flags, mode_t mode) {
   return IoOp<int>(this, detail::OpCode::openat, [&](detail::Request& req) {
-    req.fd = AT_FDCWD;  // relative paths: the working directory (both backends pass fd as the dirfd)
+    req.fd = dirfd;
     req.path = std::move(path);
     req.op_flags = static_cast<std::uint32_t>(flags);
     req.mode = mode;
@@ -647,11 +753,73 @@ IoOp<void> Reactor::fdatasync(int fd) {
 }
 
 IoOp<struct statx> Reactor::stat(std::string path, unsigned mask, int flags) {
+  return stat(AT_FDCWD, std::move(path), mask, flags);
+}
+
+IoOp<struct statx> Reactor::stat(int dirfd, std::string path, unsigned mask, int flags) {
   return IoOp<struct statx>(this, detail::OpCode::statx, [&](detail::Request& req) {
-    req.fd = AT_FDCWD;
+    req.fd = dirfd;
     req.path = std::move(path);
     req.op_flags = static_cast<std::uint32_t>(flags);
     req.mode = mask;
+  });
+}
+
+IoOp<void> Reactor::mkdir(std::string path, mode_t mode) { return mkdir(AT_FDCWD, std::move(path), mode); }
+
+IoOp<void> Reactor::mkdir(int dirfd, std::string path, mode_t mode) {
+  return IoOp<void>(this, detail::OpCode::mkdirat, [&](detail::Request& req) {
+    req.fd = dirfd;
+    req.path = std::move(path);
+    req.mode = mode;
+  });
+}
+
+IoOp<void> Reactor::unlink(std::string path) { return unlink(AT_FDCWD, std::move(path)); }
+
+IoOp<void> Reactor::unlink(int dirfd, std::string path) {
+  return IoOp<void>(this, detail::OpCode::unlinkat, [&](detail::Request& req) {
+    req.fd = dirfd;
+    req.path = std::move(path);
+  });
+}
+
+IoOp<void> Reactor::rmdir(std::string path) { return rmdir(AT_FDCWD, std::move(path)); }
+
+IoOp<void> Reactor::rmdir(int dirfd, std::string path) {
+  return IoOp<void>(this, detail::OpCode::unlinkat, [&](detail::Request& req) {
+    req.fd = dirfd;
+    req.path = std::move(path);
+    req.op_flags = AT_REMOVEDIR;
+  });
+}
+
+IoOp<void> Reactor::rename(std::string from, std::string to, unsigned flags) {
+  return rename(AT_FDCWD, std::move(from), AT_FDCWD, std::move(to), flags);
+}
+
+IoOp<void> Reactor::rename(int from_dirfd, std::string from, int to_dirfd, std::string to, unsigned flags) {
+  return IoOp<void>(this, detail::OpCode::renameat, [&](detail::Request& req) {
+    req.fd = from_dirfd;
+    req.path = std::move(from);
+    req.fd2 = to_dirfd;
+    req.path2 = std::move(to);
+    req.op_flags = flags;
+  });
+}
+
+IoOp<std::vector<DirEntry>> Reactor::list_dir(std::string path) { return list_dir(AT_FDCWD, std::move(path)); }
+
+IoOp<std::vector<DirEntry>> Reactor::list_dir(int dirfd, std::string path) {
+  return IoOp<std::vector<DirEntry>>(this, detail::OpCode::list_dir, [&](detail::Request& req) {
+    req.fd = dirfd;
+    req.path = std::move(path);
+  });
+}
+
+IoOp<std::vector<DirEntry>> Reactor::read_dir(int dir_fd) {
+  return IoOp<std::vector<DirEntry>>(this, detail::OpCode::read_dir, [&](detail::Request& req) {
+    req.fd = dir_fd;
   });
 }
 

@@ -176,6 +176,11 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         }
       }
       futex_wait_ok = io_uring_opcode_supported(probe, kOpFutexWait) != 0;
+      // File-system opcodes (Linux 5.11 / 5.15): without them the reactor's
+      // blocking threads run those requests (supports()).
+      fs_ops_ = (io_uring_opcode_supported(probe, IORING_OP_MKDIRAT) != 0 ? kFsMkdir : 0U) |
+                (io_uring_opcode_supported(probe, IORING_OP_UNLINKAT) != 0 ? kFsUnlink : 0U) |
+                (io_uring_opcode_supported(probe, IORING_OP_RENAMEAT) != 0 ? kFsRename : 0U);
       io_uring_free_probe(probe);
     }
     ring_ready_ = true;
@@ -196,10 +201,27 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
 
   [[nodiscard]] bool cooperative_taskrun() const noexcept override { return coop_; }
 
+  [[nodiscard]] bool supports(OpCode code) const noexcept override {
+    switch (code) {
+      case OpCode::mkdirat: return (fs_ops_ & kFsMkdir) != 0;
+      case OpCode::unlinkat: return (fs_ops_ & kFsUnlink) != 0;
+      case OpCode::renameat: return (fs_ops_ & kFsRename) != 0;
+      case OpCode::list_dir:
+      case OpCode::read_dir: return false;  // no getdents opcode
+      default: return true;
+    }
+  }
+
   void submit(Request* r) noexcept override {
     const Caller caller(callers_);
     requests_.fetch_add(1, std::memory_order_seq_cst);
     r->backend_flags &= ~kDirect;
+    if (!supports(r->code)) {  // the Reactor routes these elsewhere: a bug if one comes here
+      r->res = -EOPNOTSUPP;
+      const ordo::CompletionThread scope;
+      drop(r);
+      return;
+    }
     const bool batching = t_batch_ == this;
     if (!batching && read_inline_ && (r->code == OpCode::read || r->code == OpCode::readv) && read_now(r)) return;
     if (!batching && r->code == OpCode::send && send_now(r)) {
@@ -485,7 +507,20 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         io_uring_prep_nop(sqe);
         break;
       case OpCode::openat:
-        io_uring_prep_openat(sqe, AT_FDCWD, r->path.c_str(), static_cast<int>(r->op_flags), r->mode);
+        io_uring_prep_openat(sqe, r->fd, r->path.c_str(), static_cast<int>(r->op_flags), r->mode);
+        break;
+      case OpCode::mkdirat:
+        io_uring_prep_mkdirat(sqe, r->fd, r->path.c_str(), static_cast<mode_t>(r->mode));
+        break;
+      case OpCode::unlinkat:
+        io_uring_prep_unlinkat(sqe, r->fd, r->path.c_str(), static_cast<int>(r->op_flags));
+        break;
+      case OpCode::renameat:
+        io_uring_prep_renameat(sqe, r->fd, r->path.c_str(), r->fd2, r->path2.c_str(), r->op_flags);
+        break;
+      case OpCode::list_dir:  // never submitted here (supports())
+      case OpCode::read_dir:
+        io_uring_prep_nop(sqe);
         break;
       case OpCode::close:
         io_uring_prep_close(sqe, r->fd);
@@ -934,6 +969,8 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   std::uint32_t interrupts_seen_ = 0;  ///< interrupts_ as the last wait() ended (the waiter only)
   KeepPolicy keep_;                    ///< what run() allows
   bool coop_ = false;  ///< the ring was set up with IORING_SETUP_COOP_TASKRUN
+  static constexpr std::uint32_t kFsMkdir = 1, kFsUnlink = 2, kFsRename = 4;
+  std::uint32_t fs_ops_ = 0;  ///< the file-system opcodes the kernel has (set in init)
   bool read_inline_ = true;  ///< IoOptions::cached_reads_inline (read_now)
   std::atomic<bool> futex_want_{false};    ///< a FUTEX_WAIT to prep at the next flush
   std::atomic<int> submitting_{0};         ///< submit() calls between their count and their inline reap

@@ -36,9 +36,11 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/engine.hpp"
+#include "ordo/io/dir_entry.hpp"
 #include "ordo/io/options.hpp"
 #include "ordo/io/request.hpp"
 
@@ -53,38 +55,50 @@ enum class errc {
 [[nodiscard]] inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), io_category()}; }
 
 /// A failed request: the errno (std::generic_category(), e.g. ENOENT, EBADF,
-/// ECANCELED, ETIMEDOUT) or an io errc; names the operation, the path of
-/// requests given one (open, stat) and, for exact transfers that fell short,
-/// how many bytes did move. what() reads
-/// "ordo::io open '/tmp/x/missing.txt': No such file or directory".
+/// ECANCELED, ETIMEDOUT) or an io errc; names the operation, the path(s) of
+/// requests given one (open, stat, mkdir, unlink, rmdir, rename, list_dir;
+/// a relative path given with a directory fd says so) and, for exact
+/// transfers that fell short, how many bytes did move. what() reads
+/// "ordo::io open '/tmp/x/missing.txt': No such file or directory", or
+/// "ordo::io rename 'a' (in directory fd 7) to 'b' (in directory fd 7): File exists".
 class IoError : public std::system_error {
  public:
-  IoError(std::error_code ec, const char* op, std::size_t transferred = 0, std::string_view path = {});
+  /// `dirfd`, `new_dirfd`: the directories the paths are relative to (AT_FDCWD: none named).
+  IoError(std::error_code ec, const char* op, std::size_t transferred = 0, std::string_view path = {},
+          std::string_view new_path = {}, int dirfd = AT_FDCWD, int new_dirfd = AT_FDCWD);
   [[nodiscard]] const char* op() const noexcept { return op_; }
   [[nodiscard]] std::size_t transferred() const noexcept { return transferred_; }
-  /// The path the request was given (open, stat); empty for the others.
+  /// The path the request was given (rename: the old one); empty for requests without one.
   [[nodiscard]] const std::string& path() const noexcept;
+  /// rename: the new path; empty for the others.
+  [[nodiscard]] const std::string& new_path() const noexcept;
 
  private:
+  struct Paths {
+    std::string path, new_path;
+  };
   const char* op_;
   std::size_t transferred_;
-  // Shared, not a string member: copying an exception must not throw.
-  std::shared_ptr<const std::string> path_;
+  // Shared, not string members: copying an exception must not throw.
+  std::shared_ptr<const Paths> paths_;
 };
 
 /// What a request produced, handed to then() callbacks.
 class Result {
  public:
-  /// `path`: the request's path (open, stat), valid during the callback.
-  Result(std::int64_t res, detail::OpCode code, std::error_code ec, std::size_t transferred,
-         const struct statx* stx, std::string_view path = {}) noexcept
-      : res_(res), code_(code), ec_(ec), transferred_(transferred), stx_(stx), path_(path) {}
+  /// `req`: the finished request (its path, statx or listing), valid during the callback.
+  Result(std::int64_t res, std::error_code ec, std::size_t transferred, const detail::Request& req) noexcept
+      : res_(res), ec_(ec), transferred_(transferred), req_(&req) {}
   [[nodiscard]] bool ok() const noexcept { return !ec_; }
   [[nodiscard]] std::error_code error() const noexcept { return ec_; }
-  /// Bytes transferred, the new fd (open/accept) or 0; throws IoError on failure.
+  /// Bytes transferred, the new fd (open/accept), the entry count (list_dir)
+  /// or 0; throws IoError on failure.
   [[nodiscard]] std::size_t value() const;
   /// statx/fstat: the result (valid during the callback); throws IoError on failure.
   [[nodiscard]] const struct statx& stat() const;
+  /// list_dir: the entries (valid during the callback; moving them out is
+  /// fine); throws IoError on failure.
+  [[nodiscard]] std::vector<DirEntry>& entries() const;
   /// Throws the IoError of a failed request.
   void rethrow_if_error() const;
   [[nodiscard]] std::exception_ptr exception() const;
@@ -92,11 +106,9 @@ class Result {
 
  private:
   std::int64_t res_;
-  detail::OpCode code_;
   std::error_code ec_;
   std::size_t transferred_;
-  const struct statx* stx_;
-  std::string_view path_;
+  const detail::Request* req_;
 };
 
 class Reactor;
@@ -107,6 +119,8 @@ class IoOp;
 namespace detail {
 
 const char* op_name(OpCode code) noexcept;
+/// The name errors use: op_name, but "rmdir" for an unlinkat with AT_REMOVEDIR.
+const char* op_name(const Request& r) noexcept;
 
 /// Small type-erased, move-only void(Result) callback.
 class Callback {
@@ -204,6 +218,7 @@ class IoOpBase {
   Reactor* io_;
   Request req_;
   std::unique_ptr<struct statx> stx_;  ///< statx/fstat only: the result (kept off every other awaitable)
+  std::unique_ptr<std::vector<DirEntry>> entries_;  ///< list_dir only: the result
   bool exact_ = false;
   bool started_ = false;
   std::size_t total_ = 0;        ///< exact: bytes to move
@@ -301,6 +316,9 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
     } else if constexpr (std::is_same_v<T, struct statx>) {
       (void)v;
       return *stx_;
+    } else if constexpr (std::is_same_v<T, std::vector<DirEntry>>) {
+      (void)v;
+      return std::move(*entries_);
     } else {
       return static_cast<T>(v);
     }
@@ -326,6 +344,9 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
     if constexpr (std::is_same_v<T, struct statx>) {
       stx_ = std::make_unique<struct statx>();
       req_.addr = stx_.get();
+    } else if constexpr (std::is_same_v<T, std::vector<DirEntry>>) {
+      entries_ = std::make_unique<std::vector<DirEntry>>();
+      req_.addr = entries_.get();
     }
     fill(req_);
   }
@@ -334,7 +355,10 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
 /// The I/O reactor of an engine: owns the backend (an io_uring ring and its
 /// reaper thread, or the thread backend) and hands every completion to the
 /// engine: OnComplete calls happen on the reaper (bookkeeping only), callbacks
-/// and coroutine resumptions are posted to the engine's workers.
+/// and coroutine resumptions are posted to the engine's workers. Requests
+/// io_uring cannot run (list_dir; mkdir/unlink/rmdir/rename on a kernel
+/// without their opcodes) go to a thread backend of the reactor's own,
+/// started at the first one.
 ///
 /// Timers: the engine's first io_uring Reactor also serves the engine's
 /// timers (ordo::sleep_for / sleep_until / with_timeout, ordo/timer.hpp) as
@@ -388,6 +412,39 @@ class Reactor {
   IoOp<struct statx> stat(std::string path, unsigned mask = STATX_BASIC_STATS, int flags = 0);
   IoOp<struct statx> fstat(int fd, unsigned mask = STATX_BASIC_STATS);
 
+  // The file system. A relative path is resolved against the working
+  // directory, or against `dirfd` in the forms that take one: an open
+  // directory (open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)), which stays
+  // the caller's; AT_FDCWD is the working directory, and an absolute path
+  // ignores it (openat(2)). Failures are IoErrors naming the op and the path.
+  IoOp<int> open(int dirfd, std::string path, int flags, mode_t mode = 0644);
+  IoOp<struct statx> stat(int dirfd, std::string path, unsigned mask = STATX_BASIC_STATS, int flags = 0);
+  IoOp<void> mkdir(std::string path, mode_t mode = 0755);
+  IoOp<void> mkdir(int dirfd, std::string path, mode_t mode = 0755);
+  /// Removes a name that is not a directory (unlinkat(2)).
+  IoOp<void> unlink(std::string path);
+  IoOp<void> unlink(int dirfd, std::string path);
+  /// Removes an empty directory (unlinkat(2) with AT_REMOVEDIR): ENOTEMPTY otherwise.
+  IoOp<void> rmdir(std::string path);
+  IoOp<void> rmdir(int dirfd, std::string path);
+  /// renameat2(2): `flags` 0, RENAME_NOREPLACE (EEXIST if `to` exists),
+  /// RENAME_EXCHANGE or RENAME_WHITEOUT (<stdio.h>, or <linux/fs.h>).
+  IoOp<void> rename(std::string from, std::string to, unsigned flags = 0);
+  IoOp<void> rename(int from_dirfd, std::string from, int to_dirfd, std::string to, unsigned flags = 0);
+  /// The entries of a directory, sorted by name, without "." and "..". Runs
+  /// on a blocking thread (io_uring has no getdents): on the io_uring
+  /// backend, the reactor's own thread backend, started at the first such
+  /// request. A timeout or stop ends it while queued; a running listing completes.
+  IoOp<std::vector<DirEntry>> list_dir(std::string path);
+  IoOp<std::vector<DirEntry>> list_dir(int dirfd, std::string path);
+  /// The next entries of the open directory `dir_fd` from its position on,
+  /// in the order the file system keeps them ("." and ".." left out): one
+  /// getdents64(2) batch (32 KiB of records), which advances the position;
+  /// empty at the end. One read_dir at a time per descriptor. Runs where
+  /// list_dir does. ordo::io::dir_entries (ordo/io/files.hpp) streams a
+  /// directory with it.
+  IoOp<std::vector<DirEntry>> read_dir(int dir_fd);
+
   // Sockets.
   IoOp<int> accept(int listen_fd);
   IoOp<void> connect(int fd, const sockaddr* addr, socklen_t len);
@@ -420,6 +477,9 @@ class Reactor {
   Handle start_pooled(detail::IoOpBase& op, bool completion, detail::Callback* cb, OnComplete done);
   void start(detail::Request* r);
   void cancel(detail::Request* r);
+  /// The backend that runs requests of `code` (creates the blocking one at
+  /// the first request the main backend does not support); may throw.
+  detail::BackendImpl& route(detail::OpCode code);
   Pooled* alloc_pooled();
   void free_pooled(Pooled* p) noexcept;
   void post_resume(std::coroutine_handle<> h) noexcept;

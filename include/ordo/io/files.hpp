@@ -1,17 +1,21 @@
 // ordo/io/files.hpp - what a loader needs on top of ordo::io's requests: a
-// whole file in one call, and a buffered line reader for files and sockets.
+// whole file in one call, a buffered line reader for files and sockets, and
+// a directory streamed entry by entry.
 //
 //   std::string text = co_await ordo::io::read_file(io, "/etc/hostname");
 //   ordo::io::LineReader lines(io, fd);                      // a file (or LineReader::Kind::socket)
 //   while (std::optional<std::string> line = co_await lines.next()) use(*line);
+//   auto entries = ordo::io::dir_entries(io, "/data");
+//   while (std::optional<ordo::io::DirEntry> e = co_await entries.next()) use(e->name);
 //
-// Both are coroutines over Reactor::open / fstat / read / recv / close: each
+// They are coroutines over Reactor::open / fstat / read / recv / read_dir / close: each
 // request is awaited (no worker waits), and the coroutine continues on an
 // engine worker as after any co_await of an IoOp. Errors are IoError, as the
 // requests throw them.
 #pragma once
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <exception>
@@ -19,6 +23,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ordo/generator.hpp"
 #include "ordo/io.hpp"
@@ -112,6 +117,46 @@ inline AsyncGenerator<std::string> lines(Reactor& io, int fd, LineReader::Kind k
                                          std::size_t chunk = 64 * 1024) {
   LineReader reader(io, fd, kind, chunk);
   while (std::optional<std::string> line = co_await reader.next()) co_yield std::move(*line);
+}
+
+/// The entries of the directory at `path` (relative to `dirfd`, see
+/// Reactor::open) as an AsyncGenerator, in the order the file system keeps
+/// them ("." and ".." left out): a Reactor::read_dir request per batch, so a
+/// large directory is never held whole (Reactor::list_dir returns it sorted).
+/// Errors are IoErrors naming `path`. The directory's descriptor is closed
+/// at the end, or at once if the generator is destroyed before it (close(2)
+/// of a directory waits for no device).
+inline AsyncGenerator<DirEntry> dir_entries(Reactor& io, int dirfd, std::string path) {
+  const int fd = co_await io.open(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct Owned {
+    int fd;
+    ~Owned() {
+      if (fd >= 0) ::close(fd);
+    }
+  } owned{fd};
+  std::exception_ptr error;
+  try {
+    for (;;) {
+      std::vector<DirEntry> batch = co_await io.read_dir(fd);
+      if (batch.empty()) break;
+      for (DirEntry& e : batch) co_yield std::move(e);
+    }
+  } catch (const IoError& e) {  // read_dir knows only the descriptor: name the path
+    error = std::make_exception_ptr(IoError(e.code(), e.op(), 0, path, {}, dirfd));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  owned.fd = -1;
+  try {
+    co_await io.close(fd);
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+inline AsyncGenerator<DirEntry> dir_entries(Reactor& io, std::string path) {
+  return dir_entries(io, AT_FDCWD, std::move(path));
 }
 
 }  // namespace ordo::io

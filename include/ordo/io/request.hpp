@@ -3,6 +3,7 @@
 // awaitables embed a Request in the coroutine frame (no allocation per I/O).
 #pragma once
 
+#include <fcntl.h>
 #include <linux/time_types.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,7 +26,7 @@ namespace detail {
 
 enum class OpCode : std::uint8_t {
   nop,      ///< completes with 0 (tests, wake-ups)
-  openat,   ///< path, op_flags = open flags, mode -> fd
+  openat,   ///< fd = dirfd (AT_FDCWD), path, op_flags = open flags, mode -> fd
   close,    ///< fd
   read,     ///< fd, addr/len buffer, off (off == kNoOffset: current position)
   write,    ///< fd, addr/len buffer, off
@@ -38,6 +39,11 @@ enum class OpCode : std::uint8_t {
   recv,     ///< fd, addr/len buffer, op_flags = MSG_* flags
   send,     ///< fd, addr/len buffer, op_flags = MSG_* flags (MSG_NOSIGNAL added)
   timer,    ///< completes with 0 after deadline_ns (required; op_flags kTimerAbsolute: at it)
+  mkdirat,   ///< fd = dirfd, path, mode
+  unlinkat,  ///< fd = dirfd, path, op_flags = 0 or AT_REMOVEDIR
+  renameat,  ///< fd = old dirfd, path = old path, fd2 = new dirfd, path2 = new path, op_flags = RENAME_* flags
+  list_dir,  ///< fd = dirfd, path, addr = std::vector<DirEntry>* -> entry count (blocking threads only)
+  read_dir,  ///< fd = an open directory, addr = std::vector<DirEntry>* -> the next batch's count, 0 at the end
 };
 
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
@@ -66,7 +72,9 @@ struct Request {
   std::uint32_t op_flags = 0;
   std::uint32_t mode = 0;
   std::int64_t deadline_ns = 0;  ///< relative deadline; 0: none (a timer's duration, or its time: kTimerAbsolute)
-  std::string path;              ///< openat / statx
+  std::string path;              ///< openat / statx / mkdirat / unlinkat / renameat (old) / list_dir
+  int fd2 = AT_FDCWD;            ///< renameat: the new path's dirfd
+  std::string path2;             ///< renameat: the new path
   sockaddr_storage sa{};         ///< connect
   socklen_t sa_len = 0;
 
@@ -152,6 +160,14 @@ class BackendImpl {
   /// once every request has been delivered and every backend thread joined.
   virtual void shutdown() noexcept = 0;
   [[nodiscard]] virtual Backend kind() const noexcept = 0;
+  /// Whether submit() can run requests of `code`; the Reactor hands the
+  /// others to a thread backend of its own (io_uring has no getdents; an
+  /// older kernel lacks the mkdirat/unlinkat/renameat opcodes). Asked only
+  /// for those and the listings: every backend runs all the other requests.
+  [[nodiscard]] virtual bool supports(OpCode code) const noexcept {
+    (void)code;
+    return true;
+  }
   /// Requests submitted and not yet delivered, internal ones included.
   [[nodiscard]] virtual std::size_t in_flight() const noexcept = 0;
   /// Idle workers of the engine wait in this backend's ring (io_uring only).
