@@ -12,6 +12,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cstddef>
 #include <exception>
@@ -29,20 +30,34 @@ namespace ordo::io {
 /// The whole content of the file at `path` (opened O_RDONLY | O_CLOEXEC,
 /// sized with fstat, read to end of file even if it grew meanwhile, then
 /// closed, also on failure).
+///
+/// The size comes from a statx made here, on the calling thread, with
+/// AT_STATX_DONT_SYNC: it answers from the inode in memory and never waits
+/// (on a network file system it may be stale, which only costs a read more),
+/// where Reactor::fstat would cost io_uring a hand-off to a kernel worker
+/// thread and a wake-up per file (io_uring runs statx asynchronously always).
+/// Where that statx fails, Reactor::fstat is asked. Reading stops at the
+/// first short read once the size has been read: a regular file is at its
+/// end then, and files whose size says nothing (procfs: 0) are read until a
+/// read returns 0.
 inline Task<std::string> read_file(Reactor& io, std::string path) {
   const int fd = co_await io.open(path, O_RDONLY | O_CLOEXEC);
   std::string out;
   std::exception_ptr error;
   try {
-    const struct statx st = co_await io.fstat(fd, STATX_SIZE);
-    out.resize(static_cast<std::size_t>(st.stx_size) + 1);  // +1: the read that sees the end of file
+    struct statx st {};
+    if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SIZE, &st) != 0 || (st.stx_mask & STATX_SIZE) == 0) {
+      st = co_await io.fstat(fd, STATX_SIZE);
+    }
+    const auto size = static_cast<std::size_t>(st.stx_size);
+    out.resize(size + 1);  // +1: the read that sees the end of file
     std::size_t got = 0;
     for (;;) {
       if (got == out.size()) out.resize(out.size() * 2);
-      const std::size_t n =
-          co_await io.read(fd, std::as_writable_bytes(std::span(out.data() + got, out.size() - got)), got);
-      if (n == 0) break;
+      const std::size_t want = out.size() - got;
+      const std::size_t n = co_await io.read(fd, std::as_writable_bytes(std::span(out.data() + got, want)), got);
       got += n;
+      if (n == 0 || (n < want && size != 0 && got >= size)) break;
     }
     out.resize(got);
   } catch (...) {
