@@ -94,7 +94,7 @@ ordo::Task<void> one_file(Ctx& c, std::string path) {
   Hist local{};
   co_await ordo::push(c.engine, ordo::reads(), ordo::writes(), [&] { process(c.job, text.view(), local); },
                       ordo::Context::cpu(), {.name = "count"});
-  co_await ordo::push(c.engine, ordo::reads(), ordo::writes(c.hist_var), [&] { merge(c.total, local); },
+  co_await ordo::push(c.engine, ordo::reads(), ordo::writes(c.hist_var), [&] { merge(c.job, c.total, local); },
                       ordo::Context::cpu(), {.name = "merge"});
 }
 
@@ -141,7 +141,7 @@ ordo::Task<void> run_channels(Ctx& c, std::size_t width) {
   };
   auto reducer = [&]() -> ordo::Task<void> {
     while (std::optional<std::unique_ptr<Hist>> h = co_await counts.receive()) {
-      co_await ordo::push(c.engine, ordo::reads(), ordo::writes(c.hist_var), [&] { merge(c.total, **h); },
+      co_await ordo::push(c.engine, ordo::reads(), ordo::writes(c.hist_var), [&] { merge(c.job, c.total, **h); },
                           ordo::Context::cpu(), {.name = "merge"});
     }
   };
