@@ -82,11 +82,13 @@ class Pipeline {
   Pipeline(ordo::Engine& engine, ordo::io::Reactor& io) : engine_(engine), io_(io), total_var_(engine.new_variable()) {}
 
   /// The three stages, run together; returns once the reduce stage is done.
+  // [snippet:pipeline_run]
   ordo::Task<void> run(std::vector<std::string> paths) {
     ordo::Channel<std::string> docs(kReaders);
     ordo::Channel<Counts> counts(kParsers);
     co_await ordo::when_all(read_stage(paths, docs), parse_stage(docs, counts), reduce_stage(counts));
   }
+  // [end]
 
   [[nodiscard]] const Counts& total() const { return total_; }
   [[nodiscard]] int peak_reads() const { return peak_reads_.load(); }
@@ -94,6 +96,7 @@ class Pipeline {
 
  private:
   // ---- read: kReaders files at a time, each text sent on as it arrives.
+  // [snippet:pipeline_read]
   ordo::Task<void> read_stage(const std::vector<std::string>& paths, ordo::Channel<std::string>& docs) {
     try {
       co_await ordo::for_each(paths, kReaders, [&](const std::string& p) { return read_one(p, docs); });
@@ -103,6 +106,7 @@ class Pipeline {
     }
     docs.close();
   }
+  // [end]
   ordo::Task<void> read_one(std::string path, ordo::Channel<std::string>& docs) {
     note_peak(peak_reads_, ++reads_);
     std::string text;
@@ -128,6 +132,7 @@ class Pipeline {
     }
     counts.close();
   }
+  // [snippet:pipeline_parse_reduce]
   ordo::Task<void> parse(ordo::Channel<std::string>& docs, ordo::Channel<Counts>& counts) {
     while (std::optional<std::string> doc = co_await docs.receive()) {  // ends once `docs` is closed and empty
       Counts c = co_await ordo::push(engine_, ordo::reads(), ordo::writes(), [&] {
@@ -147,6 +152,7 @@ class Pipeline {
                           ordo::Context::cpu(), {.name = "merge"});
     }
   }
+  // [end]
 
   ordo::Engine& engine_;
   ordo::io::Reactor& io_;
