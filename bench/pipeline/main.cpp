@@ -46,22 +46,27 @@ namespace pipebench {
 
 namespace {
 
-double cpu_now_ms() {
+/// Process CPU time (every thread, user and system) and minor faults so far.
+void usage_now(double& cpu_ms, double& faults) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
-  return ms(ru.ru_utime) + ms(ru.ru_stime);
+  cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
+  faults = static_cast<double>(ru.ru_minflt);
 }
 
 }  // namespace
 
 void Stopwatch::start() noexcept {
-  cpu0_ = cpu_now_ms();
+  usage_now(cpu0_, faults0_);
   t0_ = Clock::now();
 }
 void Stopwatch::stop() noexcept {
   wall_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
-  cpu_ms_ = cpu_now_ms() - cpu0_;
+  double cpu = 0, faults = 0;
+  usage_now(cpu, faults);
+  cpu_ms_ = cpu - cpu0_;
+  faults_ = faults - faults0_;
 }
 
 namespace {
@@ -123,7 +128,7 @@ Job make_files(const std::string& dir, const std::string& prefix, std::size_t n,
 }
 
 struct Sample {
-  double wall_ms, cpu_ms;
+  double wall_ms, cpu_ms, faults;
 };
 
 double median(std::vector<double> v) {
@@ -226,7 +231,7 @@ std::vector<std::vector<Sample>> measure(const Config& cfg, const std::vector<Va
                      vs[i].name.c_str());
         std::abort();
       }
-      if (r > 0) out[i].push_back({sw.wall_ms(), sw.cpu_ms()});
+      if (r > 0) out[i].push_back({sw.wall_ms(), sw.cpu_ms(), sw.faults()});
     }
     if (::isatty(2) != 0) std::fprintf(stderr, "\r\033[K%s: round %u of %u", table, r, cfg.rounds);
   }
@@ -259,14 +264,18 @@ struct Summary {
 };
 
 void work_table(const std::vector<Variant>& vs, const std::vector<std::vector<Sample>>& s, bool warm, Summary& sum) {
-  std::printf("| variant | wall ms, median (min-max) | speed-up vs serial | CPU ms, median (min-max) | CPU / serial |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::printf("| variant | wall ms, median (min-max) | speed-up vs serial | CPU ms, median (min-max) | CPU / serial | "
+              "page faults (median) |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
   for (std::size_t i = 0; i < vs.size(); ++i) {
     if (s[i].empty()) continue;
     const double up = ratio(s[i], s[0], &Sample::wall_ms, true);
     const double cpu = ratio(s[i], s[0], &Sample::cpu_ms, false);
-    std::printf("| %s | %s | %.2fx | %s | %.2f |\n", vs[i].name.c_str(), range(s[i], &Sample::wall_ms, 1, "%.1f").c_str(),
-                up, range(s[i], &Sample::cpu_ms, 1, "%.1f").c_str(), cpu);
+    std::vector<double> faults;
+    for (const Sample& x : s[i]) faults.push_back(x.faults);
+    std::printf("| %s | %s | %.2fx | %s | %.2f | %.0f |\n", vs[i].name.c_str(),
+                range(s[i], &Sample::wall_ms, 1, "%.1f").c_str(), up, range(s[i], &Sample::cpu_ms, 1, "%.1f").c_str(), cpu,
+                median(faults));
     if (warm && vs[i].name.rfind("ordo-for_each-", 0) == 0 && up > sum.best_bounded_speedup) {
       sum.best_bounded_speedup = up;
       sum.best_bounded = vs[i].name;

@@ -108,12 +108,16 @@ class Stopwatch {
   void stop() noexcept;
   [[nodiscard]] double wall_ms() const noexcept { return wall_ms_; }
   [[nodiscard]] double cpu_ms() const noexcept { return cpu_ms_; }
+  /// Minor page faults meanwhile (memory the run touched for the first time).
+  [[nodiscard]] double faults() const noexcept { return faults_; }
 
  private:
   Clock::time_point t0_{};
   double cpu0_ = 0;
+  double faults0_ = 0;
   double wall_ms_ = 0;
   double cpu_ms_ = 0;
+  double faults_ = 0;
 };
 
 /// A variant: runs the job, times it with `sw`, returns the merged histogram.
