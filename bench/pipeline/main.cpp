@@ -13,7 +13,10 @@
 // round, after one warm-up round that is not counted. Every variant's
 // histogram is compared with the serial loop's: a mismatch aborts. Prints
 // Markdown: medians over rounds (min-max), speed-ups and CPU ratios as the
-// median of the per-round ratios to the serial run of the same round.
+// median of the per-round ratios to the serial run of the same round, and
+// the fastest rounds' ratio (fastest serial over fastest variant: on a
+// machine shared with other work, the runs least disturbed). "met?" is
+// decided on the medians.
 //
 // Tables: warm (page cache: every file was read in the round before),
 // direct (O_DIRECT into aligned buffers: from the device, whatever the
@@ -257,27 +260,37 @@ std::string range(const std::vector<Sample>& v, double Sample::*f, double scale,
 
 struct Summary {
   double best_bounded_speedup = 0;
+  double best_bounded_speedup_min = 0;  ///< of the fastest rounds
   std::string best_bounded;
   double bounded_cpu_ratio = 0;
   double overhead_us = -1;
+  double overhead_us_min = 0;  ///< of the fastest rounds
   std::string overhead_variant;
 };
 
+double min_of(const std::vector<Sample>& v, double Sample::*f) {
+  double m = v.empty() ? 0 : v.front().*f;
+  for (const Sample& x : v) m = std::min(m, x.*f);
+  return m;
+}
+
 void work_table(const std::vector<Variant>& vs, const std::vector<std::vector<Sample>>& s, bool warm, Summary& sum) {
-  std::printf("| variant | wall ms, median (min-max) | speed-up vs serial | CPU ms, median (min-max) | CPU / serial | "
-              "page faults (median) |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| variant | wall ms, median (min-max) | speed-up vs serial | fastest rounds' speed-up | CPU ms, median "
+              "(min-max) | CPU / serial | page faults (median) |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (std::size_t i = 0; i < vs.size(); ++i) {
     if (s[i].empty()) continue;
     const double up = ratio(s[i], s[0], &Sample::wall_ms, true);
     const double cpu = ratio(s[i], s[0], &Sample::cpu_ms, false);
     std::vector<double> faults;
     for (const Sample& x : s[i]) faults.push_back(x.faults);
-    std::printf("| %s | %s | %.2fx | %s | %.2f | %.0f |\n", vs[i].name.c_str(),
-                range(s[i], &Sample::wall_ms, 1, "%.1f").c_str(), up, range(s[i], &Sample::cpu_ms, 1, "%.1f").c_str(), cpu,
-                median(faults));
+    const double up_min = min_of(s[0], &Sample::wall_ms) / min_of(s[i], &Sample::wall_ms);
+    std::printf("| %s | %s | %.2fx | %.2fx | %s | %.2f | %.0f |\n", vs[i].name.c_str(),
+                range(s[i], &Sample::wall_ms, 1, "%.1f").c_str(), up, up_min,
+                range(s[i], &Sample::cpu_ms, 1, "%.1f").c_str(), cpu, median(faults));
     if (warm && vs[i].name.rfind("ordo-for_each-", 0) == 0 && up > sum.best_bounded_speedup) {
       sum.best_bounded_speedup = up;
+      sum.best_bounded_speedup_min = up_min;
       sum.best_bounded = vs[i].name;
       sum.bounded_cpu_ratio = cpu;
     }
@@ -286,8 +299,9 @@ void work_table(const std::vector<Variant>& vs, const std::vector<std::vector<Sa
 
 void nowork_table(const std::vector<Variant>& vs, const std::vector<std::vector<Sample>>& s, std::size_t files,
                   Summary& sum) {
-  std::printf("| variant | wall us per file, median (min-max) | over serial, us per file | CPU us per file | CPU over serial, us per file |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::printf("| variant | wall us per file, median (min-max) | over serial, us per file | fastest rounds: over serial "
+              "| CPU us per file | CPU over serial, us per file |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
   const double per = 1000.0 / static_cast<double>(files);
   for (std::size_t i = 0; i < vs.size(); ++i) {
     if (s[i].empty()) continue;
@@ -296,11 +310,13 @@ void nowork_table(const std::vector<Variant>& vs, const std::vector<std::vector<
       dw.push_back((s[i][k].wall_ms - s[0][k].wall_ms) * per);
       dc.push_back((s[i][k].cpu_ms - s[0][k].cpu_ms) * per);
     }
-    std::printf("| %s | %s | %+.2f | %s | %+.2f |\n", vs[i].name.c_str(),
-                range(s[i], &Sample::wall_ms, per, "%.2f").c_str(), median(dw),
+    const double dw_min = (min_of(s[i], &Sample::wall_ms) - min_of(s[0], &Sample::wall_ms)) * per;
+    std::printf("| %s | %s | %+.2f | %+.2f | %s | %+.2f |\n", vs[i].name.c_str(),
+                range(s[i], &Sample::wall_ms, per, "%.2f").c_str(), median(dw), dw_min,
                 range(s[i], &Sample::cpu_ms, per, "%.2f").c_str(), median(dc));
     if (vs[i].name.rfind("ordo-for_each-", 0) == 0 && (sum.overhead_us < 0 || median(dw) < sum.overhead_us)) {
       sum.overhead_us = median(dw);
+      sum.overhead_us_min = dw_min;
       sum.overhead_variant = vs[i].name;
     }
   }
@@ -475,14 +491,16 @@ int run(int argc, char** argv) {
 
   std::printf("### Issue 32's targets\n\n| target | measured | met? |\n|---|---:|:-:|\n");
   if (!sum.best_bounded.empty()) {
-    std::printf("| warm, bounded helper >= 1.6x the serial loop | %.2fx (%s) | %s |\n", sum.best_bounded_speedup,
-                sum.best_bounded.c_str(), sum.best_bounded_speedup >= 1.6 ? "yes" : "**no**");
+    std::printf("| warm, bounded helper >= 1.6x the serial loop | %.2fx (%s; fastest rounds %.2fx) | %s |\n",
+                sum.best_bounded_speedup, sum.best_bounded.c_str(), sum.best_bounded_speedup_min,
+                sum.best_bounded_speedup >= 1.6 ? "yes" : "**no**");
     std::printf("| warm, process CPU <= 1.3x serial's | %.2f (%s) | %s |\n", sum.bounded_cpu_ratio,
                 sum.best_bounded.c_str(), sum.bounded_cpu_ratio <= 1.3 ? "yes" : "**no**");
   }
   if (sum.overhead_us > -1) {
-    std::printf("| per-file overhead <= 3 us over a plain read() loop | %+.2f us (%s) | %s |\n", sum.overhead_us,
-                sum.overhead_variant.c_str(), sum.overhead_us <= 3 ? "yes" : "**no**");
+    std::printf("| per-file overhead <= 3 us over a plain read() loop | %+.2f us (%s; fastest rounds %+.2f us) | %s |\n",
+                sum.overhead_us, sum.overhead_variant.c_str(), sum.overhead_us_min,
+                sum.overhead_us <= 3 ? "yes" : "**no**");
   }
   std::printf("\n- load average (1/5/15 min) after: %s; total wall time %.0f s\n", load_text().c_str(),
               std::chrono::duration<double>(Clock::now() - t_start).count());
