@@ -11,7 +11,8 @@
 // words) in a fresh directory under D (default $TMPDIR, else /var/tmp), then
 // per table runs every variant once per round, the order rotated by one each
 // round, after one warm-up round that is not counted. Every variant's
-// histogram is compared with the serial loop's: a mismatch aborts. Prints
+// histogram is compared with the serial loop's: a mismatch ends the run
+// with exit status 1. Prints
 // Markdown: medians over rounds (min-max), speed-ups and CPU ratios as the
 // median of the per-round ratios to the serial run of the same round, and
 // the fastest rounds' ratio (fastest serial over fastest variant: on a
@@ -210,7 +211,7 @@ std::vector<Variant> variants(const Config& cfg, const unsigned& threads, std::v
 }
 
 /// Runs one table: a warm-up round, then cfg.rounds rounds; returns the
-/// samples per variant (index as in `vs`), or aborts on a wrong histogram.
+/// samples per variant (index as in `vs`); throws on a wrong histogram.
 std::vector<std::vector<Sample>> measure(const Config& cfg, const std::vector<Variant>& vs, const Job& job,
                                          const char* table) {
   std::vector<std::vector<Sample>> out(vs.size());
@@ -230,9 +231,8 @@ std::vector<std::vector<Sample>> measure(const Config& cfg, const std::vector<Va
       if (r == 0 && i == 0) {
         expected = h;
       } else if (h != expected) {
-        std::fprintf(stderr, "ordo_pipeline_bench: %s, %s: the histogram differs from the serial loop's\n", table,
-                     vs[i].name.c_str());
-        std::abort();
+        // Thrown, not aborted: the files are removed on the way out; main returns 1.
+        throw std::runtime_error(std::string(table) + ", " + vs[i].name + ": the histogram differs from the serial loop's");
       }
       if (r > 0) out[i].push_back({sw.wall_ms(), sw.cpu_ms(), sw.faults()});
     }
