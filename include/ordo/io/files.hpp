@@ -41,7 +41,7 @@ namespace ordo::io {
 /// end then, and files whose size says nothing (procfs: 0) are read until a
 /// read returns 0.
 inline Task<std::string> read_file(Reactor& io, std::string path) {
-  const int fd = co_await io.open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = co_await io.open(std::move(path), O_RDONLY | O_CLOEXEC);  // the request keeps the path (IoError names it)
   std::string out;
   std::exception_ptr error;
   try {
