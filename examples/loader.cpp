@@ -16,6 +16,8 @@
 //    in an engine op that reads the buffer's variable, then release the
 //    buffer (back to the pool behind that op) and send the verdict on.
 //  - tally: one coroutine adds up the verdicts per source.
+// A stage that fails records the failure and closes both channels, so the
+// others finish instead of waiting on it; the first failure is rethrown.
 // No worker ever waits for the disk or the network.
 //
 // Every byte is produced by a deterministic generator and checked on
@@ -54,8 +56,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -225,48 +230,66 @@ ordo::Task<void> read_shards(ordo::io::Reactor& io, const std::vector<std::strin
   if (error) std::rethrow_exception(error);
 }
 
-/// Both sources; `out` is closed once both are done (or one failed).
-ordo::Task<void> read_stage(ordo::io::Reactor& io, std::uint16_t port, const std::vector<std::string>& paths,
-                            const Config& cfg, ordo::BufferPool& pool, ordo::Channel<Chunk>& out, int& direct_count) {
-  try {
-    co_await ordo::when_all(receive(io, port, cfg, pool, out), read_shards(io, paths, cfg, pool, out, direct_count));
-  } catch (...) {
-    out.close();
-    throw;
+/// What the stages share: the channels between them and the first failure
+/// (examples/pipeline.cpp's pattern). A stage that fails records it and
+/// closes both channels, so no stage waits forever on one that is gone.
+struct Pipe {
+  explicit Pipe(std::size_t capacity) : chunks(capacity), checked(capacity) {}
+  ordo::Channel<Chunk> chunks;     // read -> check: filled buffers
+  ordo::Channel<Checked> checked;  // check -> tally: verdicts
+  std::mutex m;
+  std::exception_ptr error;  // the first failure; guarded by m
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard lock(m);
+      if (!error) error = std::move(e);
+    }
+    chunks.close();
+    checked.close();
   }
-  out.close();
+};
+
+/// Both sources; `chunks` is closed once both are done.
+ordo::Task<void> read_stage(ordo::io::Reactor& io, std::uint16_t port, const std::vector<std::string>& paths,
+                            const Config& cfg, ordo::BufferPool& pool, Pipe& p, int& direct_count) {
+  try {
+    co_await ordo::when_all(receive(io, port, cfg, pool, p.chunks),
+                            read_shards(io, paths, cfg, pool, p.chunks, direct_count));
+    p.chunks.close();
+  } catch (...) {
+    p.fail(std::current_exception());
+  }
 }
 
 // ---------------------------------------------------------------- check, tally
 
 /// A checker: each buffer checked in an op that reads its variable, then
 /// released (the memory goes back to the pool behind that op).
-ordo::Task<void> check(ordo::Engine& engine, ordo::Channel<Chunk>& in, ordo::Channel<Checked>& out) {
-  while (std::optional<Chunk> c = co_await in.receive()) {
-    const std::size_t bad = co_await ordo::push(engine, ordo::reads(c->buf.var()), ordo::writes(), [&] {
-      return mismatches(c->stream, c->offset, c->buf.bytes());
-    }, ordo::Context::cpu(), {.name = "check"});
-    Checked verdict{c->stream, c->buf.size(), bad};
-    c->buf.release();
-    co_await out.send(std::move(verdict));
-  }
-}
-
-ordo::Task<void> check_stage(ordo::Engine& engine, const Config& cfg, ordo::Channel<Chunk>& in,
-                             ordo::Channel<Checked>& out) {
-  std::vector<ordo::Task<void>> checkers;
-  for (std::size_t i = 0; i < cfg.checkers; ++i) checkers.push_back(check(engine, in, out));
+ordo::Task<void> check(ordo::Engine& engine, Pipe& p) {
   try {
-    co_await ordo::when_all(std::move(checkers));
+    while (std::optional<Chunk> c = co_await p.chunks.receive()) {
+      const std::size_t bad = co_await ordo::push(engine, ordo::reads(c->buf.var()), ordo::writes(), [&] {
+        return mismatches(c->stream, c->offset, c->buf.bytes());
+      }, ordo::Context::cpu(), {.name = "check"});
+      Checked verdict{c->stream, c->buf.size(), bad};
+      c->buf.release();
+      co_await p.checked.send(std::move(verdict));
+    }
   } catch (...) {
-    out.close();
-    throw;
+    p.fail(std::current_exception());
   }
-  out.close();
 }
 
-ordo::Task<void> tally_stage(ordo::Channel<Checked>& in, Tally& net, Tally& disk) {
-  while (std::optional<Checked> v = co_await in.receive()) {
+ordo::Task<void> check_stage(ordo::Engine& engine, const Config& cfg, Pipe& p) {
+  std::vector<ordo::Task<void>> checkers;
+  for (std::size_t i = 0; i < cfg.checkers; ++i) checkers.push_back(check(engine, p));
+  co_await ordo::when_all(std::move(checkers));
+  p.checked.close();
+}
+
+ordo::Task<void> tally_stage(Pipe& p, Tally& net, Tally& disk) {
+  while (std::optional<Checked> v = co_await p.checked.receive()) {
     Tally& t = v->stream == kNetStream ? net : disk;
     t.bytes += v->bytes;
     t.bad += v->bad;
@@ -274,14 +297,14 @@ ordo::Task<void> tally_stage(ordo::Channel<Checked>& in, Tally& net, Tally& disk
   }
 }
 
-/// The whole pipeline: read -> check -> tally.
+/// The whole pipeline: read -> check -> tally; rethrows the first failure.
 ordo::Task<void> load_all(ordo::Engine& engine, ordo::io::Reactor& io, std::uint16_t port,
                           const std::vector<std::string>& paths, const Config& cfg, ordo::BufferPool& pool,
                           Tally& net, Tally& disk, int& direct_count) {
-  ordo::Channel<Chunk> chunks(cfg.slots);
-  ordo::Channel<Checked> checked(cfg.slots);
-  co_await ordo::when_all(read_stage(io, port, paths, cfg, pool, chunks, direct_count),
-                          check_stage(engine, cfg, chunks, checked), tally_stage(checked, net, disk));
+  Pipe p(cfg.slots);
+  co_await ordo::when_all(read_stage(io, port, paths, cfg, pool, p, direct_count), check_stage(engine, cfg, p),
+                          tally_stage(p, net, disk));
+  if (p.error) std::rethrow_exception(p.error);
 }
 
 /// Test data: the shard files, written once with plain syscalls.

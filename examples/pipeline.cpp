@@ -14,12 +14,15 @@
 //    mutates the total's variable: an op pushed later that reads it sees
 //    every merge.
 // A stage that is done closes its output channel, which ends the next
-// stage's receive loop; a stage that fails closes it too, so the others
-// finish and the failure reaches the caller. The result is checked against
-// a serial count (exits non-zero on a mismatch), and so are the bounds:
-// never more than kReaders reads, nor kParsers counts, at once.
+// stage's receive loop. A stage that fails records its failure and closes
+// both channels, so the others stop rather than wait for it; run() then
+// rethrows the first failure. The result is checked against a serial count
+// (exits non-zero on a mismatch), and so are the bounds: never more than
+// kReaders reads, nor kParsers counts, at once. --missing adds a file that
+// does not exist: the run must end with that file's IoError (exit 0 if it
+// does), not hang.
 //
-//   pipeline [--files N] [--dir D]          (default: 48 files under $TMPDIR or /var/tmp)
+//   pipeline [--files N] [--dir D] [--missing]   (default: 48 files under $TMPDIR or /var/tmp)
 //   ORDO_IO_BACKEND=threads|uring pipeline   (IoOptions::from_env)
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -39,10 +43,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -81,12 +87,13 @@ class Pipeline {
  public:
   Pipeline(ordo::Engine& engine, ordo::io::Reactor& io) : engine_(engine), io_(io), total_var_(engine.new_variable()) {}
 
-  /// The three stages, run together; returns once the reduce stage is done.
+  /// The three stages, run together; returns once all three are done, and
+  /// rethrows the first failure of any.
   // [snippet:pipeline_run]
   ordo::Task<void> run(std::vector<std::string> paths) {
-    ordo::Channel<std::string> docs(kReaders);
-    ordo::Channel<Counts> counts(kParsers);
-    co_await ordo::when_all(read_stage(paths, docs), parse_stage(docs, counts), reduce_stage(counts));
+    Stages s;
+    co_await ordo::when_all(read_stage(paths, s), parse_stage(s), reduce_stage(s));
+    if (s.error) std::rethrow_exception(s.error);
   }
   // [end]
 
@@ -95,18 +102,38 @@ class Pipeline {
   [[nodiscard]] int peak_counts() const { return peak_counts_.load(); }
 
  private:
+  /// What the stages of one run share: the channels between them and the
+  /// first failure. A stage that fails records it and closes both channels,
+  /// so the others stop instead of waiting on it: their sends throw
+  /// Errc::closed (recorded too, but not first) and their receive loops end.
+  // [snippet:pipeline_stages]
+  struct Stages {
+    ordo::Channel<std::string> docs{kReaders};  // read -> parse: texts
+    ordo::Channel<Counts> counts{kParsers};     // parse -> reduce: one file's counts
+    std::mutex m;
+    std::exception_ptr error;  // the first failure; guarded by m
+
+    void fail(std::exception_ptr e) {
+      {
+        std::lock_guard lock(m);
+        if (!error) error = std::move(e);
+      }
+      docs.close();
+      counts.close();
+    }
+  };
+  // [end]
+
   // ---- read: kReaders files at a time, each text sent on as it arrives.
   // [snippet:pipeline_read]
-  ordo::Task<void> read_stage(const std::vector<std::string>& paths, ordo::Channel<std::string>& docs) {
+  ordo::Task<void> read_stage(const std::vector<std::string>& paths, Stages& s) {
     try {
-      co_await ordo::for_each(paths, kReaders, [&](const std::string& p) { return read_one(p, docs); });
+      co_await ordo::for_each(paths, kReaders, [&](const std::string& p) { return read_one(p, s.docs); });
+      s.docs.close();  // done: the parsers drain what was sent, then stop
     } catch (...) {
-      docs.close();  // the parsers drain what was sent and stop
-      throw;
+      s.fail(std::current_exception());
     }
-    docs.close();
   }
-  // [end]
   ordo::Task<void> read_one(std::string path, ordo::Channel<std::string>& docs) {
     note_peak(peak_reads_, ++reads_);
     std::string text;
@@ -119,37 +146,41 @@ class Pipeline {
     --reads_;
     co_await docs.send(std::move(text));  // waits while `docs` is full
   }
+  // [end]
 
   // ---- parse: kParsers coroutines, one count op per file.
-  ordo::Task<void> parse_stage(ordo::Channel<std::string>& docs, ordo::Channel<Counts>& counts) {
-    std::vector<ordo::Task<void>> parsers;
-    for (std::size_t p = 0; p < kParsers; ++p) parsers.push_back(parse(docs, counts));
-    try {
-      co_await ordo::when_all(std::move(parsers));
-    } catch (...) {
-      counts.close();
-      throw;
-    }
-    counts.close();
-  }
   // [snippet:pipeline_parse_reduce]
-  ordo::Task<void> parse(ordo::Channel<std::string>& docs, ordo::Channel<Counts>& counts) {
-    while (std::optional<std::string> doc = co_await docs.receive()) {  // ends once `docs` is closed and empty
-      Counts c = co_await ordo::push(engine_, ordo::reads(), ordo::writes(), [&] {
-        note_peak(peak_counts_, ++counting_);
-        Counts words = count_words(*doc);
-        --counting_;
-        return words;
-      }, ordo::Context::cpu(), {.name = "count"});
-      co_await counts.send(std::move(c));
+  ordo::Task<void> parse_stage(Stages& s) {
+    std::vector<ordo::Task<void>> parsers;
+    for (std::size_t p = 0; p < kParsers; ++p) parsers.push_back(parse(s));
+    co_await ordo::when_all(std::move(parsers));
+    s.counts.close();  // every parser is done: the reducer drains, then stops
+  }
+  ordo::Task<void> parse(Stages& s) {
+    try {
+      while (std::optional<std::string> doc = co_await s.docs.receive()) {  // ends once `docs` is closed and empty
+        Counts c = co_await ordo::push(engine_, ordo::reads(), ordo::writes(), [&] {
+          note_peak(peak_counts_, ++counting_);
+          Counts words = count_words(*doc);
+          --counting_;
+          return words;
+        }, ordo::Context::cpu(), {.name = "count"});
+        co_await s.counts.send(std::move(c));
+      }
+    } catch (...) {
+      s.fail(std::current_exception());
     }
   }
 
   // ---- reduce: every file's counts into the total, in order of arrival.
-  ordo::Task<void> reduce_stage(ordo::Channel<Counts>& counts) {
-    while (std::optional<Counts> c = co_await counts.receive()) {
-      co_await ordo::push(engine_, ordo::reads(), ordo::writes(total_var_), [&] { merge(total_, *c); },
-                          ordo::Context::cpu(), {.name = "merge"});
+  ordo::Task<void> reduce_stage(Stages& s) {
+    try {
+      while (std::optional<Counts> c = co_await s.counts.receive()) {
+        co_await ordo::push(engine_, ordo::reads(), ordo::writes(total_var_), [&] { merge(total_, *c); },
+                            ordo::Context::cpu(), {.name = "merge"});
+      }
+    } catch (...) {
+      s.fail(std::current_exception());
     }
   }
   // [end]
@@ -210,25 +241,49 @@ Counts serial(const std::vector<std::string>& paths) {
 int main(int argc, char** argv) try {
   std::size_t files = 48;
   std::string base;
+  bool missing = false;
   if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') base = t;
   if (base.empty()) base = "/var/tmp";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--files") files = std::stoul(argv[i + 1]);
-    else if (a == "--dir") base = argv[i + 1];
-    else throw std::invalid_argument("unknown option " + a);
+    if (a == "--missing") {
+      missing = true;
+    } else if (i + 1 < argc && a == "--files") {
+      files = std::stoul(argv[++i]);
+    } else if (i + 1 < argc && a == "--dir") {
+      base = argv[++i];
+    } else {
+      throw std::invalid_argument("unknown option or missing value: " + a);
+    }
   }
   const std::filesystem::path dir = std::filesystem::path(base) / ("ordo_pipeline_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   struct Cleanup {
     std::filesystem::path d;
-    ~Cleanup() { std::filesystem::remove_all(d); }
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
   } cleanup{dir};
-  const std::vector<std::string> paths = make_files(dir, files);
+  std::vector<std::string> paths = make_files(dir, files);
 
   ordo::Engine engine;
   ordo::io::Reactor io(engine, ordo::io::IoOptions::from_env());
   Pipeline pipeline(engine, io);
+  if (missing) {
+    // A file that does not exist, in the middle: its read fails, the stages
+    // stop, and the run ends with that failure.
+    paths.insert(paths.begin() + static_cast<std::ptrdiff_t>(paths.size() / 2), (dir / "missing.txt").string());
+    try {
+      ordo::sync_wait(pipeline.run(paths));
+    } catch (const ordo::io::IoError& e) {
+      const bool expected = e.code() == std::errc::no_such_file_or_directory;
+      std::printf("pipeline: the run failed with %s: %s\n", e.what(), expected ? "as expected" : "UNEXPECTED");
+      return expected ? 0 : 1;
+    }
+    std::printf("pipeline: the missing file did not fail the run\n");
+    return 1;
+  }
   ordo::sync_wait(pipeline.run(paths));
   engine.wait_for_all();
 
