@@ -15,6 +15,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -108,44 +109,68 @@ ordo::Task<void> read_and_send(Ctx& c, ordo::Channel<Text>& out, std::string pat
   co_await out.send(co_await load(c, std::move(path)));
 }
 
-ordo::Task<void> run_channels(Ctx& c, std::size_t width) {
-  ordo::Channel<Text> texts(width);
-  ordo::Channel<std::unique_ptr<Hist>> counts(width);
-  auto reader = [&]() -> ordo::Task<void> {
-    try {
-      co_await ordo::for_each(c.job.paths, width, [&](const std::string& p) { return read_and_send(c, texts, p); });
-    } catch (...) {
-      texts.close();
-      throw;
+/// examples/pipeline.cpp's shape: a failing stage records the first failure
+/// and closes both channels, so no stage waits on one that is gone.
+struct Stages {
+  explicit Stages(std::size_t width) : texts(width), counts(width) {}
+  ordo::Channel<Text> texts;
+  ordo::Channel<std::unique_ptr<Hist>> counts;
+  std::mutex m;
+  std::exception_ptr error;  ///< the first failure; guarded by m
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard lock(m);
+      if (!error) error = std::move(e);
     }
     texts.close();
-  };
-  auto parser = [&]() -> ordo::Task<void> {
-    while (std::optional<Text> t = co_await texts.receive()) {
+    counts.close();
+  }
+};
+
+ordo::Task<void> read_stage(Ctx& c, Stages& s, std::size_t width) {
+  try {
+    co_await ordo::for_each(c.job.paths, width, [&](const std::string& p) { return read_and_send(c, s.texts, p); });
+    s.texts.close();
+  } catch (...) {
+    s.fail(std::current_exception());
+  }
+}
+
+ordo::Task<void> parse(Ctx& c, Stages& s) {
+  try {
+    while (std::optional<Text> t = co_await s.texts.receive()) {
       auto h = std::make_unique<Hist>();
       co_await ordo::push(c.engine, ordo::reads(), ordo::writes(), [&] { process(c.job, t->view(), *h); },
                           ordo::Context::cpu(), {.name = "count"});
-      co_await counts.send(std::move(h));
+      co_await s.counts.send(std::move(h));
     }
-  };
-  auto parsers = [&]() -> ordo::Task<void> {
-    std::vector<ordo::Task<void>> p;
-    for (std::size_t i = 0; i < width; ++i) p.push_back(parser());
-    try {
-      co_await ordo::when_all(std::move(p));
-    } catch (...) {
-      counts.close();
-      throw;
-    }
-    counts.close();
-  };
-  auto reducer = [&]() -> ordo::Task<void> {
-    while (std::optional<std::unique_ptr<Hist>> h = co_await counts.receive()) {
+  } catch (...) {
+    s.fail(std::current_exception());
+  }
+}
+
+ordo::Task<void> parse_stage(Ctx& c, Stages& s, std::size_t width) {
+  std::vector<ordo::Task<void>> parsers;
+  for (std::size_t i = 0; i < width; ++i) parsers.push_back(parse(c, s));
+  co_await ordo::when_all(std::move(parsers));
+  s.counts.close();
+}
+
+ordo::Task<void> reduce_stage(Ctx& c, Stages& s) {
+  try {
+    while (std::optional<std::unique_ptr<Hist>> h = co_await s.counts.receive()) {
       co_await ordo::push(c.engine, ordo::reads(), ordo::writes(c.hist_var), [&] { merge(c.job, c.total, **h); },
                           ordo::Context::cpu(), {.name = "merge"});
     }
-  };
-  co_await ordo::when_all(reader(), parsers(), reducer());
+  } catch (...) {
+    s.fail(std::current_exception());
+  }
+}
+
+ordo::Task<void> run_channels(Ctx& c, std::size_t width) {
+  Stages s(width);
+  co_await ordo::when_all(read_stage(c, s, width), parse_stage(c, s, width), reduce_stage(c, s));
+  if (s.error) std::rethrow_exception(s.error);
 }
 
 ordo::Task<void> body(Ctx& c, const OrdoArgs& a) {
