@@ -288,7 +288,9 @@ int main(int argc, char** argv) try {
   engine.wait_for_all();
 
   std::vector<std::pair<std::string, std::uint64_t>> top(pipeline.total().begin(), pipeline.total().end());
-  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;  // most frequent first, then by word
+  });
   std::uint64_t words = 0;
   for (const auto& [w, n] : top) words += n;
   std::printf("pipeline: %zu files (backend %s): %llu words, %zu distinct; most frequent:", files,
@@ -301,7 +303,8 @@ int main(int argc, char** argv) try {
   const bool same = pipeline.total() == serial(paths);
   const bool bounded = pipeline.peak_reads() <= static_cast<int>(kReaders) &&
                        pipeline.peak_counts() <= static_cast<int>(kParsers);
-  std::printf("  counts against a serial run: %s; bounds: %s\n", same ? "match" : "MISMATCH", bounded ? "held" : "EXCEEDED");
+  std::printf("  counts against a serial run: %s; bounds: %s\n", same ? "match" : "MISMATCH",
+              bounded ? "held" : "EXCEEDED");
   return same && bounded ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "pipeline: %s\n", e.what());

@@ -70,7 +70,8 @@ inline bool close_never_waits(int fd) noexcept {
 /// end then, and files whose size says nothing (procfs: 0) are read until a
 /// read returns 0.
 inline Task<std::string> read_file(Reactor& io, std::string path) {
-  const int fd = co_await io.open(std::move(path), O_RDONLY | O_CLOEXEC);  // the request keeps the path (IoError names it)
+  // Moved: the request keeps the path (an IoError names it).
+  const int fd = co_await io.open(std::move(path), O_RDONLY | O_CLOEXEC);
   std::string out;
   std::exception_ptr error;
   try {
