@@ -7,8 +7,10 @@
 //
 // Both are coroutines over Reactor::open / fstat / read / recv / close: each
 // request is awaited (no worker waits), and the coroutine continues on an
-// engine worker as after any co_await of an IoOp. Errors are IoError, as the
-// requests throw them.
+// engine worker as after any co_await of an IoOp. read_file makes two calls
+// itself, on the calling thread, where neither can wait: the statx that
+// sizes its buffer, and the close of a file of a local file system (see
+// read_file). Errors are IoError, as the requests throw them.
 #pragma once
 
 #include <fcntl.h>
