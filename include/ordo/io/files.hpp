@@ -48,7 +48,6 @@ inline bool close_never_waits(int fd) noexcept {
     case 0xEF53UL:      // ext2, ext3, ext4
     case 0x58465342UL:  // xfs
     case 0x9123683EUL:  // btrfs
-    case 0xF2F52010UL:  // f2fs
     case 0x01021994UL:  // tmpfs
       return true;
     default:
