@@ -12,8 +12,7 @@
 // per table runs every variant once per round, the order rotated by one each
 // round, after one warm-up round that is not counted. Every variant's
 // histogram is compared with the serial loop's: a mismatch ends the run
-// with exit status 1. Prints
-// Markdown: medians over rounds (min-max), speed-ups and CPU ratios as the
+// with exit status 1. Prints Markdown: medians over rounds (min-max), speed-ups and CPU ratios as the
 // median of the per-round ratios to the serial run of the same round, and
 // the fastest rounds' ratio (fastest serial over fastest variant: on a
 // machine shared with other work, the runs least disturbed). "met?" is
@@ -36,7 +35,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
