@@ -1,16 +1,24 @@
 // loader: a mixed disk + network data loader on ordo::io.
 //
-// Two sources feed one set of compute ops:
-//  - network: a loopback TCP server (a coroutine) streams fixed-size records;
-//    a client coroutine receives them with io.recv into a ring of buffers;
-//  - disk: one coroutine per shard file opens it with O_DIRECT (falling back
+// Two sources feed one pipeline, read -> check -> tally, whose stages are
+// connected by ordo::Channels (the pieces of examples/pipeline.cpp):
+//  - read: the network source, a client coroutine, receives fixed-size
+//    records from a loopback TCP server (a coroutine too) with io.recv; the
+//    disk source reads the shard files chunk by chunk, `slots` chunks at a
+//    time (ordo::for_each), each shard opened with O_DIRECT (falling back
 //    to buffered I/O, with the reason printed, where the file system refuses
-//    it, e.g. tmpfs) and pushes one read op per chunk with io.push_read.
-// Every buffer is an engine variable. The I/O that fills a buffer mutates its
-// variable (writes(buf_var)); the compute op that checks it reads it
-// (reads(buf_var)). So the engine runs each check after its buffer is full,
-// and the next fill of the same buffer after the check; everything else
-// overlaps. No worker ever waits for the disk or the network.
+//    it, e.g. tmpfs). Every record and chunk lands in a buffer from one
+//    BufferPool: `co_await pool.acquire` waits while the pool is at its
+//    limit, which bounds the memory of the whole pipeline (backpressure all
+//    the way to the sockets and the disk). Both send their buffers into
+//    `chunks`.
+//  - check: `checkers` coroutines take buffers from `chunks` and check each
+//    in an engine op that reads the buffer's variable, then release the
+//    buffer (back to the pool behind that op) and send the verdict on.
+//  - tally: one coroutine adds up the verdicts per source.
+// A stage that fails records the failure and closes both channels, so the
+// others finish instead of waiting on it; the first failure is rethrown.
+// No worker ever waits for the disk or the network.
 //
 // Every byte is produced by a deterministic generator and checked on
 // arrival: the program prints throughput and exits non-zero on a mismatch.
@@ -21,7 +29,8 @@
 // buffer is out: backpressure), processed by an op that takes scratch space
 // from a TempSpace arena and a random augmentation from a RandomStream, and
 // released behind that op. The pool's memory is printed as the batches go:
-// it stays flat.
+// it stays flat. (That loop needs no channels: the engine orders each
+// batch's read, processing and release by the buffer's variable alone.)
 //
 //   loader [--records N] [--record-kib K] [--shards S] [--shard-mib M] [--dir D]
 //          [--batches B] [--batch-kib K]
@@ -32,7 +41,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <ordo/channel.hpp>
 #include <ordo/coro.hpp>
+#include <ordo/for_each.hpp>
 #include <ordo/io.hpp>
 #include <ordo/ordo.hpp>
 #include <ordo/resource.hpp>
@@ -45,8 +56,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -63,7 +77,8 @@ struct Config {
   std::size_t shards = 4;                     // shard files
   std::size_t shard_bytes = 8 * 1024 * 1024;  // bytes per shard
   std::size_t chunk_bytes = 256 * 1024;       // bytes per disk read (a multiple of 4 KiB for O_DIRECT)
-  std::size_t slots = 4;                      // buffers per source: I/O and checks in flight
+  std::size_t slots = 4;                      // disk chunks read at once; the channels' capacity
+  std::size_t checkers = 2;                   // buffers checked at once (about one per core)
   std::string dir;                            // where the shards go (default: $TMPDIR or /var/tmp)
   std::size_t batches = 10000;                // pooled loop: batches read, processed, released
   std::size_t batch_bytes = 64 * 1024;        // bytes per batch (a multiple of 4 KiB for O_DIRECT)
@@ -101,44 +116,28 @@ std::size_t mismatches(std::uint64_t stream, std::uint64_t offset, std::span<con
 
 constexpr std::uint64_t kNetStream = 1000;  // the shards are streams 0..shards-1
 
-// ---------------------------------------------------------------- buffers
+// ---------------------------------------------------------------- the pipeline
 
-/// A 4 KiB-aligned buffer (as O_DIRECT requires) and the engine variable
-/// that orders its users.
-struct Slot {
-  std::unique_ptr<std::byte, decltype(&std::free)> mem{nullptr, &std::free};
-  std::span<std::byte> buf;
-  ordo::Var var;
-
-  Slot(ordo::Engine& engine, std::size_t bytes) {
-    mem.reset(static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
-    if (!mem) throw std::bad_alloc();
-    buf = {mem.get(), bytes};
-    var = engine.new_variable();
-  }
+/// A record or chunk on its way from a source to a checker.
+struct Chunk {
+  std::uint64_t stream;  ///< a shard, or kNetStream
+  std::uint64_t offset;  ///< in the stream
+  ordo::Buffer buf;      ///< from the pipeline's pool
 };
 
-/// What the checks of one source found. Each check mutates `var`, so the
-/// counters need no lock (checks of one source run one at a time).
+/// A checker's verdict on one chunk.
+struct Checked {
+  std::uint64_t stream;
+  std::size_t bytes;
+  std::size_t bad;
+};
+
+/// What the tally stage found, per source (written by the tally coroutine only).
 struct Tally {
-  ordo::Var var;
   std::uint64_t bytes = 0;
   std::uint64_t bad = 0;
   Clock::time_point last{};
 };
-
-/// Pushes the compute op that consumes one buffer: reads(slot.var) so it runs
-/// after the I/O that filled it, writes(tally.var) to count.
-void push_check(ordo::Engine& engine, Slot& slot, std::size_t bytes, std::uint64_t stream, std::uint64_t offset,
-                Tally& tally) {
-  engine.push_sync(
-      [&slot, &tally, bytes, stream, offset] {
-        tally.bad += mismatches(stream, offset, slot.buf.first(bytes));
-        tally.bytes += bytes;
-        tally.last = Clock::now();
-      },
-      ordo::Context::cpu(), {slot.var}, {tally.var}, {.name = "check"});
-}
 
 // ---------------------------------------------------------------- network
 
@@ -153,10 +152,10 @@ ordo::Task<void> serve(ordo::io::Reactor& io, int listen_fd, const Config& cfg) 
   co_await io.close(conn);
 }
 
-/// The client: receives every record into the ring of slots, each under a
-/// write lease on its slot's variable, and pushes a check behind it.
-ordo::Task<void> receive(ordo::Engine& engine, ordo::io::Reactor& io, std::uint16_t port, const Config& cfg,
-                         std::vector<Slot>& slots, Tally& tally) {
+/// The network source: receives every record into a buffer of the pool
+/// and sends it into `out`.
+ordo::Task<void> receive(ordo::io::Reactor& io, std::uint16_t port, const Config& cfg, ordo::BufferPool& pool,
+                         ordo::Channel<Chunk>& out) {
   const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sock < 0) throw std::system_error(errno, std::generic_category(), "socket");
   sockaddr_in addr{};
@@ -165,14 +164,10 @@ ordo::Task<void> receive(ordo::Engine& engine, ordo::io::Reactor& io, std::uint1
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   co_await io.connect(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   for (std::size_t r = 0; r < cfg.records; ++r) {
-    Slot& slot = slots[r % slots.size()];
-    {
-      // Waits (without blocking a thread) until the previous check of this
-      // slot is done, then holds the slot while the record arrives.
-      ordo::Lease lease = co_await engine.push(ordo::reads(), ordo::writes(slot.var));
-      co_await io.recv(sock, slot.buf).exact();
-    }  // lease released: the check pushed next may run
-    push_check(engine, slot, cfg.record_bytes, kNetStream, r * cfg.record_bytes, tally);
+    ordo::Buffer buf = co_await pool.acquire(cfg.record_bytes);  // waits while the pool is at its limit
+    co_await io.recv(sock, buf.bytes()).exact();
+    Chunk chunk{kNetStream, r * cfg.record_bytes, std::move(buf)};
+    co_await out.send(std::move(chunk));  // waits while the checkers are behind
   }
   std::byte extra[1];
   if (co_await io.recv(sock, extra) != 0) throw std::runtime_error("the server sent more than expected");
@@ -196,22 +191,120 @@ ordo::Task<int> open_direct(ordo::io::Reactor& io, const std::string& path, bool
   co_return co_await io.open(path, O_RDONLY | O_CLOEXEC);
 }
 
-/// One shard: pushes a read op per chunk (io.push_read mutates the slot's
-/// variable) and a check behind each, all up front; the engine keeps
-/// `slots` reads in flight and overlaps them with the checks.
-ordo::Task<void> read_shard(ordo::Engine& engine, ordo::io::Reactor& io, const std::string& path, std::uint64_t shard,
-                            const Config& cfg, std::vector<Slot>& slots, Tally& tally, std::atomic<int>& direct_count) {
-  bool direct = false;
-  const int fd = co_await open_direct(io, path, direct);
-  if (direct) direct_count.fetch_add(1);
-  const std::size_t chunks = cfg.shard_bytes / cfg.chunk_bytes;
-  for (std::size_t c = 0; c < chunks; ++c) {
-    Slot& slot = slots[c % slots.size()];
-    io.push_read(slot.var, fd, slot.buf, c * cfg.chunk_bytes);
-    push_check(engine, slot, cfg.chunk_bytes, shard, c * cfg.chunk_bytes, tally);
+/// One chunk of a shard, read into a buffer of the pool (page-aligned, as
+/// O_DIRECT needs) and sent into `out`.
+struct Piece {
+  int fd;
+  std::uint64_t shard, offset;
+};
+ordo::Task<void> read_chunk(ordo::io::Reactor& io, ordo::BufferPool& pool, Piece piece, std::size_t bytes,
+                            ordo::Channel<Chunk>& out) {
+  ordo::Buffer buf = co_await pool.acquire(bytes);
+  co_await io.read(piece.fd, buf.bytes(), piece.offset).exact();
+  Chunk chunk{piece.shard, piece.offset, std::move(buf)};
+  co_await out.send(std::move(chunk));
+}
+
+/// The disk source: every chunk of every shard (the shards interleaved),
+/// `slots` reads at a time.
+ordo::Task<void> read_shards(ordo::io::Reactor& io, const std::vector<std::string>& paths, const Config& cfg,
+                             ordo::BufferPool& pool, ordo::Channel<Chunk>& out, int& direct_count) {
+  std::vector<int> fds;
+  std::exception_ptr error;
+  try {
+    for (const std::string& p : paths) {
+      bool direct = false;
+      fds.push_back(co_await open_direct(io, p, direct));
+      direct_count += direct ? 1 : 0;
+    }
+    std::vector<Piece> pieces;
+    for (std::size_t c = 0; c < cfg.shard_bytes / cfg.chunk_bytes; ++c) {
+      for (std::size_t s = 0; s < fds.size(); ++s) pieces.push_back({fds[s], s, c * cfg.chunk_bytes});
+    }
+    co_await ordo::for_each(pieces, cfg.slots,
+                            [&](const Piece& p) { return read_chunk(io, pool, p, cfg.chunk_bytes, out); });
+  } catch (...) {
+    error = std::current_exception();
   }
-  co_await engine.wait_for(tally.var);  // every check of this source pushed so far is done
-  co_await io.close(fd);
+  for (int fd : fds) ::close(fd);
+  if (error) std::rethrow_exception(error);
+}
+
+/// What the stages share: the channels between them and the first failure
+/// (examples/pipeline.cpp's pattern). A stage that fails records it and
+/// closes both channels, so no stage waits forever on one that is gone.
+struct Pipe {
+  explicit Pipe(std::size_t capacity) : chunks(capacity), checked(capacity) {}
+  ordo::Channel<Chunk> chunks;     // read -> check: filled buffers
+  ordo::Channel<Checked> checked;  // check -> tally: verdicts
+  std::mutex m;
+  std::exception_ptr error;  // the first failure; guarded by m
+
+  void fail(std::exception_ptr e) {
+    {
+      std::lock_guard lock(m);
+      if (!error) error = std::move(e);
+    }
+    chunks.close();
+    checked.close();
+  }
+};
+
+/// Both sources; `chunks` is closed once both are done.
+ordo::Task<void> read_stage(ordo::io::Reactor& io, std::uint16_t port, const std::vector<std::string>& paths,
+                            const Config& cfg, ordo::BufferPool& pool, Pipe& p, int& direct_count) {
+  try {
+    co_await ordo::when_all(receive(io, port, cfg, pool, p.chunks),
+                            read_shards(io, paths, cfg, pool, p.chunks, direct_count));
+    p.chunks.close();
+  } catch (...) {
+    p.fail(std::current_exception());
+  }
+}
+
+// ---------------------------------------------------------------- check, tally
+
+/// A checker: each buffer checked in an op that reads its variable, then
+/// released (the memory goes back to the pool behind that op).
+ordo::Task<void> check(ordo::Engine& engine, Pipe& p) {
+  try {
+    while (std::optional<Chunk> c = co_await p.chunks.receive()) {
+      const std::size_t bad = co_await ordo::push(engine, ordo::reads(c->buf.var()), ordo::writes(), [&] {
+        return mismatches(c->stream, c->offset, c->buf.bytes());
+      }, ordo::Context::cpu(), {.name = "check"});
+      Checked verdict{c->stream, c->buf.size(), bad};
+      c->buf.release();
+      co_await p.checked.send(std::move(verdict));
+    }
+  } catch (...) {
+    p.fail(std::current_exception());
+  }
+}
+
+ordo::Task<void> check_stage(ordo::Engine& engine, const Config& cfg, Pipe& p) {
+  std::vector<ordo::Task<void>> checkers;
+  for (std::size_t i = 0; i < cfg.checkers; ++i) checkers.push_back(check(engine, p));
+  co_await ordo::when_all(std::move(checkers));
+  p.checked.close();
+}
+
+ordo::Task<void> tally_stage(Pipe& p, Tally& net, Tally& disk) {
+  while (std::optional<Checked> v = co_await p.checked.receive()) {
+    Tally& t = v->stream == kNetStream ? net : disk;
+    t.bytes += v->bytes;
+    t.bad += v->bad;
+    t.last = Clock::now();
+  }
+}
+
+/// The whole pipeline: read -> check -> tally; rethrows the first failure.
+ordo::Task<void> load_all(ordo::Engine& engine, ordo::io::Reactor& io, std::uint16_t port,
+                          const std::vector<std::string>& paths, const Config& cfg, ordo::BufferPool& pool,
+                          Tally& net, Tally& disk, int& direct_count) {
+  Pipe p(cfg.slots);
+  co_await ordo::when_all(read_stage(io, port, paths, cfg, pool, p, direct_count), check_stage(engine, cfg, p),
+                          tally_stage(p, net, disk));
+  if (p.error) std::rethrow_exception(p.error);
 }
 
 /// Test data: the shard files, written once with plain syscalls.
@@ -430,51 +523,42 @@ int main(int argc, char** argv) try {
               io.backend_reason().c_str(), cfg.records, cfg.record_bytes / 1024, cfg.shards,
               cfg.shard_bytes / (1024 * 1024), cfg.dir.c_str());
 
-  std::vector<Slot> net_slots;
-  for (std::size_t i = 0; i < cfg.slots; ++i) net_slots.emplace_back(engine, cfg.record_bytes);
-  std::vector<std::vector<Slot>> disk_slots(cfg.shards);
-  for (auto& ring : disk_slots) {
-    for (std::size_t i = 0; i < cfg.slots; ++i) ring.emplace_back(engine, cfg.chunk_bytes);
-  }
-  Tally net{engine.new_variable()};
-  std::vector<Tally> disk;
-  for (std::size_t s = 0; s < cfg.shards; ++s) disk.push_back(Tally{engine.new_variable()});
-
+  // One pool for both sources: its limit bounds every buffer in the
+  // pipeline (being filled, in a channel, being checked).
+  const std::size_t pool_limit = 2 * cfg.slots * std::max(cfg.chunk_bytes, cfg.record_bytes);
+  ordo::BufferPool pool(engine, {.limit_bytes = pool_limit});
+  Tally net, disk;
   std::uint16_t port = 0;
   const int listen_fd = listen_loopback(port);
-  std::atomic<int> direct_count{0};
+  int direct_count = 0;
   const auto start = Clock::now();
   {
     ordo::AsyncScope scope;  // joined below, before the reactor and the engine go
     scope.spawn(serve(io, listen_fd, cfg));
-    scope.spawn(receive(engine, io, port, cfg, net_slots, net));
-    for (std::size_t s = 0; s < cfg.shards; ++s) {
-      scope.spawn(read_shard(engine, io, shard_paths[s], s, cfg, disk_slots[s], disk[s], direct_count));
-    }
+    scope.spawn(load_all(engine, io, port, shard_paths, cfg, pool, net, disk, direct_count));
     scope.sync_join();  // rethrows the first failure of any coroutine
   }
-  engine.wait_for_all();  // the last network checks (and rethrows a failed op)
+  engine.wait_for_all();  // the buffers' releases (and rethrows a failed op)
   const auto end = Clock::now();
   ::close(listen_fd);
 
-  std::uint64_t disk_bytes = 0, bad = net.bad;
-  Clock::time_point disk_end = start;
-  for (const Tally& t : disk) {
-    disk_bytes += t.bytes;
-    bad += t.bad;
-    disk_end = std::max(disk_end, t.last);
-  }
+  const std::uint64_t disk_bytes = disk.bytes, bad = net.bad + disk.bad;
+  const ordo::BufferPoolStats ps = pool.stats();
   const std::uint64_t want_disk = static_cast<std::uint64_t>(cfg.shards) * cfg.shard_bytes;
   const std::uint64_t want_net = static_cast<std::uint64_t>(cfg.records) * cfg.record_bytes;
   std::printf("  disk: %llu bytes, %d of %zu shards O_DIRECT, %.0f MiB/s\n", static_cast<unsigned long long>(disk_bytes),
-              direct_count.load(), cfg.shards, mib_per_s(disk_bytes, disk_end - start));
+              direct_count, cfg.shards, mib_per_s(disk_bytes, disk.last - start));
   std::printf("  net:  %llu bytes, %.0f MiB/s\n", static_cast<unsigned long long>(net.bytes),
               mib_per_s(net.bytes, net.last - start));
   std::printf("  both: %.0f MiB/s in %.1f ms; %llu mismatched bytes\n", mib_per_s(disk_bytes + net.bytes, end - start),
               std::chrono::duration<double, std::milli>(end - start).count(), static_cast<unsigned long long>(bad));
-  if (bad != 0 || disk_bytes != want_disk || net.bytes != want_net) {
-    std::fprintf(stderr, "loader: FAILED (expected %llu disk and %llu network bytes, all matching)\n",
-                 static_cast<unsigned long long>(want_disk), static_cast<unsigned long long>(want_net));
+  std::printf("  buffers: one pool of %zu KiB for both sources, peak %zu KiB held, %llu acquires, %llu waited\n",
+              pool_limit / 1024, ps.peak_reserved_bytes / 1024, static_cast<unsigned long long>(ps.acquires),
+              static_cast<unsigned long long>(ps.waits));
+  if (bad != 0 || disk_bytes != want_disk || net.bytes != want_net || ps.peak_reserved_bytes > pool_limit) {
+    std::fprintf(stderr, "loader: FAILED (expected %llu disk and %llu network bytes, all matching, in at most %zu KiB)\n",
+                 static_cast<unsigned long long>(want_disk), static_cast<unsigned long long>(want_net),
+                 pool_limit / 1024);
     return 1;
   }
   std::printf("loader: every byte checked, OK\n");

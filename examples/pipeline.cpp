@@ -1,187 +1,312 @@
-// pipeline: a coroutine data pipeline on the engine.
+// pipeline: a file pipeline in three stages connected by channels.
 //
-// Each batch goes through four stages, read -> decode -> transform ->
-// aggregate, written as one coroutine. The batches share a ring of buffer
-// slots (batch b uses slot b % kSlots) and one aggregate; every buffer is one
-// engine variable. Each batch coroutine pushes its four ops up front (ordo's
-// eager registration: the dependencies are fixed by push order, not by when
-// the coroutine gets to co_await them), then awaits them one by one. So:
-//  - batches on different slots overlap on different workers;
-//  - a batch reusing a slot waits until the previous user of the slot is done
-//    with it (the engine serializes the conflicting accesses);
-//  - the aggregate, an order-sensitive hash, is folded in batch order.
-// Prints a per-stage timeline and checks the result against a serial run;
-// exits non-zero on a mismatch.
+//   read --(docs)--> parse --(counts)--> reduce
+//
+//  - read: ordo::for_each(paths, kReaders, ...) reads kReaders files at a
+//    time with ordo::io::read_file (no worker waits for the disk) and sends
+//    each text into `docs`, a Channel holding kReaders texts. When the
+//    parsers fall behind, send() suspends the readers (backpressure): the
+//    texts in memory stay bounded however many files there are.
+//  - parse: kParsers coroutines take texts from `docs` and count the words
+//    of each in an engine op (the counting runs on a CPU worker, one op per
+//    file), then send the counts into `counts`.
+//  - reduce: one coroutine merges the counts into the total, in an op that
+//    mutates the total's variable: an op pushed later that reads it sees
+//    every merge.
+// A stage that is done closes its output channel, which ends the next
+// stage's receive loop. A stage that fails records its failure and closes
+// both channels, so the others stop rather than wait for it; run() then
+// rethrows the first failure. The result is checked against a serial count
+// (exits non-zero on a mismatch), and so are the bounds: never more than
+// kReaders reads, nor kParsers counts, at once. --missing adds a file that
+// does not exist: the run must end with that file's IoError (exit 0 if it
+// does), not hang.
+//
+//   pipeline [--files N] [--dir D] [--missing]   (default: 48 files under $TMPDIR or /var/tmp)
+//   ORDO_IO_BACKEND=threads|uring pipeline   (IoOptions::from_env)
+#include <unistd.h>
+
+#include <ordo/channel.hpp>
 #include <ordo/coro.hpp>
+#include <ordo/for_each.hpp>
+#include <ordo/io.hpp>
+#include <ordo/io/files.hpp>
 #include <ordo/ordo.hpp>
 
 #include <algorithm>
-#include <array>
-#include <chrono>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
-#include <numeric>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
 
-constexpr int kBatches = 9;
-constexpr int kSlots = 3;
-constexpr std::size_t kBytes = std::size_t{1} << 17;
+constexpr std::size_t kReaders = 4;  // files read at once (I/O in flight)
+constexpr std::size_t kParsers = 2;  // files counted at once (about one per core)
 
-using Clock = std::chrono::steady_clock;
+using Counts = std::unordered_map<std::string, std::uint64_t>;
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E019ULL;
+Counts count_words(std::string_view text) {
+  Counts c;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] < 'a' || text[i] > 'z')) ++i;
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= 'a' && text[i] <= 'z') ++i;
+    if (i > start) ++c[std::string(text.substr(start, i - start))];
+  }
+  return c;
+}
+
+void merge(Counts& into, const Counts& from) {
+  for (const auto& [word, n] : from) into[word] += n;
+}
+
+/// Keeps the highest value `now` reached.
+void note_peak(std::atomic<int>& peak, int now) {
+  int seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
+
+class Pipeline {
+ public:
+  Pipeline(ordo::Engine& engine, ordo::io::Reactor& io) : engine_(engine), io_(io), total_var_(engine.new_variable()) {}
+
+  /// The three stages, run together; returns once all three are done, and
+  /// rethrows the first failure of any.
+  // [snippet:pipeline_run]
+  ordo::Task<void> run(std::vector<std::string> paths) {
+    Stages s;
+    co_await ordo::when_all(read_stage(paths, s), parse_stage(s), reduce_stage(s));
+    if (s.error) std::rethrow_exception(s.error);
+  }
+  // [end]
+
+  [[nodiscard]] const Counts& total() const { return total_; }
+  [[nodiscard]] int peak_reads() const { return peak_reads_.load(); }
+  [[nodiscard]] int peak_counts() const { return peak_counts_.load(); }
+
+ private:
+  /// What the stages of one run share: the channels between them and the
+  /// first failure. A stage that fails records it and closes both channels,
+  /// so the others stop instead of waiting on it: their sends throw
+  /// Errc::closed (recorded too, but not first) and their receive loops end.
+  // [snippet:pipeline_stages]
+  struct Stages {
+    ordo::Channel<std::string> docs{kReaders};  // read -> parse: texts
+    ordo::Channel<Counts> counts{kParsers};     // parse -> reduce: one file's counts
+    std::mutex m;
+    std::exception_ptr error;  // the first failure; guarded by m
+
+    void fail(std::exception_ptr e) {
+      {
+        std::lock_guard lock(m);
+        if (!error) error = std::move(e);
+      }
+      docs.close();
+      counts.close();
+    }
+  };
+  // [end]
+
+  // ---- read: kReaders files at a time, each text sent on as it arrives.
+  // [snippet:pipeline_read]
+  ordo::Task<void> read_stage(const std::vector<std::string>& paths, Stages& s) {
+    try {
+      co_await ordo::for_each(paths, kReaders, [&](const std::string& p) { return read_one(p, s.docs); });
+      s.docs.close();  // done: the parsers drain what was sent, then stop
+    } catch (...) {
+      s.fail(std::current_exception());
+    }
+  }
+  ordo::Task<void> read_one(std::string path, ordo::Channel<std::string>& docs) {
+    note_peak(peak_reads_, ++reads_);
+    std::string text;
+    try {
+      text = co_await ordo::io::read_file(io_, std::move(path));
+    } catch (...) {
+      --reads_;
+      throw;
+    }
+    --reads_;
+    co_await docs.send(std::move(text));  // waits while `docs` is full
+  }
+  // [end]
+
+  // ---- parse: kParsers coroutines, one count op per file.
+  // [snippet:pipeline_parse_reduce]
+  ordo::Task<void> parse_stage(Stages& s) {
+    std::vector<ordo::Task<void>> parsers;
+    for (std::size_t p = 0; p < kParsers; ++p) parsers.push_back(parse(s));
+    co_await ordo::when_all(std::move(parsers));
+    s.counts.close();  // every parser is done: the reducer drains, then stops
+  }
+  ordo::Task<void> parse(Stages& s) {
+    try {
+      while (std::optional<std::string> doc = co_await s.docs.receive()) {  // ends once `docs` is closed and empty
+        Counts c = co_await ordo::push(engine_, ordo::reads(), ordo::writes(), [&] {
+          note_peak(peak_counts_, ++counting_);
+          Counts words = count_words(*doc);
+          --counting_;
+          return words;
+        }, ordo::Context::cpu(), {.name = "count"});
+        co_await s.counts.send(std::move(c));
+      }
+    } catch (...) {
+      s.fail(std::current_exception());
+    }
+  }
+
+  // ---- reduce: every file's counts into the total, in order of arrival.
+  ordo::Task<void> reduce_stage(Stages& s) {
+    try {
+      while (std::optional<Counts> c = co_await s.counts.receive()) {
+        co_await ordo::push(engine_, ordo::reads(), ordo::writes(total_var_), [&] { merge(total_, *c); },
+                            ordo::Context::cpu(), {.name = "merge"});
+      }
+    } catch (...) {
+      s.fail(std::current_exception());
+    }
+  }
+  // [end]
+
+  ordo::Engine& engine_;
+  ordo::io::Reactor& io_;
+  ordo::Var total_var_;
+  Counts total_;  ///< mutated only by ops that write total_var_
+  std::atomic<int> reads_{0}, counting_{0};
+  std::atomic<int> peak_reads_{0}, peak_counts_{0};
+};
+
+// ---------------------------------------------------------------- the files
+
+std::uint64_t splitmix(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
 
-// The stages, shared by the pipeline and the serial check.
-void read_batch(int batch, std::vector<std::uint8_t>& raw) {
-  raw.resize(kBytes);
-  std::uint64_t s = mix(42, static_cast<std::uint64_t>(batch));
-  for (auto& byte : raw) {
-    s = mix(s, 1);
-    byte = static_cast<std::uint8_t>(s);
-  }
-}
-std::size_t decode(const std::vector<std::uint8_t>& raw, std::vector<std::int32_t>& out) {
-  out.resize(raw.size() / 2);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<std::int16_t>(static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8)));
-  }
-  return out.size();
-}
-void transform(const std::vector<std::int32_t>& in, std::vector<std::int64_t>& out) {
-  out.resize(in.size());
-  std::int64_t acc = 0;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    acc = (acc * 31 + in[i] * in[i]) % 1'000'000'007;
-    out[i] = acc;
-  }
-}
-void aggregate(const std::vector<std::int64_t>& in, std::uint64_t& total) {
-  const std::int64_t sum = std::accumulate(in.begin(), in.end(), std::int64_t{0});
-  total = mix(total, static_cast<std::uint64_t>(sum));  // order-sensitive on purpose
-}
-
-struct Span {
-  int batch;
-  const char* stage;
-  int worker;
-  double start_ms;
-  double end_ms;
-};
-
-class Pipeline {
- public:
-  explicit Pipeline(ordo::Engine& engine) : engine_(engine), t0_(Clock::now()) {
-    for (int s = 0; s < kSlots; ++s) {
-      raw_var_[s] = engine.new_variable();
-      dec_var_[s] = engine.new_variable();
-      tr_var_[s] = engine.new_variable();
+/// `n` text files of 1-64 KiB, words drawn from a small vocabulary (the
+/// first words more often), seeded: the same files every run.
+std::vector<std::string> make_files(const std::filesystem::path& dir, std::size_t n) {
+  static const char* const kWords[] = {"the", "engine", "runs", "ops", "in", "order", "of", "their",
+                                       "data", "and", "in", "parallel", "everywhere", "else", "channels",
+                                       "connect", "stages", "coroutines", "read", "files"};
+  constexpr std::size_t kCount = std::size(kWords);
+  std::uint64_t rng = 32;
+  std::vector<std::string> paths;
+  for (std::size_t f = 0; f < n; ++f) {
+    const std::size_t bytes = 1024 + splitmix(rng) % (63 * 1024);
+    std::string text;
+    while (text.size() < bytes) {
+      const std::uint64_t r = splitmix(rng);
+      text += kWords[std::min(r % kCount, (r >> 32) % kCount)];  // the min favours the first words
+      text += (r >> 16) % 10 == 0 ? '\n' : ' ';
     }
-    total_var_ = engine.new_variable();
+    paths.push_back((dir / ("doc" + std::to_string(f) + ".txt")).string());
+    std::ofstream(paths.back(), std::ios::binary) << text;
   }
+  return paths;
+}
 
-  /// One batch. All four ops are pushed before the first co_await.
-  ordo::Task<void> batch(int b) {
-    const int s = b % kSlots;
-    auto read_op = ordo::push(engine_, ordo::reads(), ordo::writes(raw_var_[s]));
-    auto decode_op = ordo::push(engine_, ordo::reads(raw_var_[s]), ordo::writes(dec_var_[s]),
-                                [this, b, s](const ordo::RunContext& rc) {
-                                  const double t = now();
-                                  const std::size_t n = decode(raw_[s], dec_[s]);
-                                  record({b, "decode", rc.worker, t, now()});
-                                  return n;
-                                });
-    auto transform_op = ordo::push(engine_, ordo::reads(dec_var_[s]), ordo::writes(tr_var_[s]));
-    auto aggregate_op = ordo::push(engine_, ordo::reads(tr_var_[s]), ordo::writes(total_var_));
-
-    {
-      ordo::Lease lease = co_await read_op;  // resumes on the worker that granted it
-      const double t = now();
-      read_batch(b, raw_[s]);
-      record({b, "read", lease.run_context().worker, t, now()});
-    }  // released: decode (already pushed) may start
-    const std::size_t values = co_await decode_op;
-    if (values != kBytes / 2) throw std::runtime_error("decode lost values");
-    {
-      ordo::Lease lease = co_await transform_op;
-      const double t = now();
-      transform(dec_[s], tr_[s]);
-      record({b, "transform", lease.run_context().worker, t, now()});
-    }
-    ordo::Lease lease = co_await aggregate_op;
-    const double t = now();
-    aggregate(tr_[s], total_);
-    record({b, "aggregate", lease.run_context().worker, t, now()});
-  }
-
-  [[nodiscard]] std::uint64_t total() const { return total_; }
-  [[nodiscard]] std::vector<Span> timeline() {
-    std::lock_guard lock(m_);
-    auto out = spans_;
-    std::sort(out.begin(), out.end(), [](const Span& a, const Span& b) { return a.start_ms < b.start_ms; });
-    return out;
-  }
-
- private:
-  double now() const { return std::chrono::duration<double, std::milli>(Clock::now() - t0_).count(); }
-  void record(const Span& s) {
-    std::lock_guard lock(m_);
-    spans_.push_back(s);
-  }
-
-  ordo::Engine& engine_;
-  Clock::time_point t0_;
-  std::array<ordo::Var, kSlots> raw_var_, dec_var_, tr_var_;
-  ordo::Var total_var_;
-  std::array<std::vector<std::uint8_t>, kSlots> raw_;
-  std::array<std::vector<std::int32_t>, kSlots> dec_;
-  std::array<std::vector<std::int64_t>, kSlots> tr_;
-  std::uint64_t total_ = 0;
-  std::mutex m_;
-  std::vector<Span> spans_;
-};
-
-std::uint64_t serial() {
-  std::vector<std::uint8_t> raw;
-  std::vector<std::int32_t> dec;
-  std::vector<std::int64_t> tr;
-  std::uint64_t total = 0;
-  for (int b = 0; b < kBatches; ++b) {
-    read_batch(b, raw);
-    decode(raw, dec);
-    transform(dec, tr);
-    aggregate(tr, total);
+/// The same result, one file after the other, with no engine.
+Counts serial(const std::vector<std::string>& paths) {
+  Counts total;
+  for (const std::string& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    merge(total, count_words(text));
   }
   return total;
 }
 
 }  // namespace
 
-int main() {
-  ordo::Engine engine(ordo::Options{.cpu_workers = 4});
-  Pipeline pipeline(engine);
-  {
-    ordo::AsyncScope scope;  // joined before the engine goes
-    for (int b = 0; b < kBatches; ++b) scope.spawn(pipeline.batch(b));
-    scope.sync_join();
+int main(int argc, char** argv) try {
+  std::size_t files = 48;
+  std::string base;
+  bool missing = false;
+  if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') base = t;
+  if (base.empty()) base = "/var/tmp";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--missing") {
+      missing = true;
+    } else if (i + 1 < argc && a == "--files") {
+      files = std::stoul(argv[++i]);
+    } else if (i + 1 < argc && a == "--dir") {
+      base = argv[++i];
+    } else {
+      throw std::invalid_argument("unknown option or missing value: " + a);
+    }
   }
+  const std::filesystem::path dir = std::filesystem::path(base) / ("ordo_pipeline_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::vector<std::string> paths = make_files(dir, files);
+
+  ordo::Engine engine;
+  ordo::io::Reactor io(engine, ordo::io::IoOptions::from_env());
+  Pipeline pipeline(engine, io);
+  if (missing) {
+    // A file that does not exist, in the middle: its read fails, the stages
+    // stop, and the run ends with that failure.
+    paths.insert(paths.begin() + static_cast<std::ptrdiff_t>(paths.size() / 2), (dir / "missing.txt").string());
+    try {
+      ordo::sync_wait(pipeline.run(paths));
+    } catch (const ordo::io::IoError& e) {
+      const bool expected = e.code() == std::errc::no_such_file_or_directory;
+      std::printf("pipeline: the run failed with %s: %s\n", e.what(), expected ? "as expected" : "UNEXPECTED");
+      return expected ? 0 : 1;
+    }
+    std::printf("pipeline: the missing file did not fail the run\n");
+    return 1;
+  }
+  ordo::sync_wait(pipeline.run(paths));
   engine.wait_for_all();
 
-  std::printf("%d batches over %d buffer slots, 4 workers (batch b uses slot b %% %d)\n", kBatches, kSlots, kSlots);
-  std::printf("  batch  stage       worker   start ms    end ms\n");
-  for (const Span& s : pipeline.timeline()) {
-    std::printf("  %5d  %-10s  %6d  %9.2f  %8.2f\n", s.batch, s.stage, s.worker, s.start_ms, s.end_ms);
+  std::vector<std::pair<std::string, std::uint64_t>> top(pipeline.total().begin(), pipeline.total().end());
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;  // most frequent first, then by word
+  });
+  std::uint64_t words = 0;
+  for (const auto& [w, n] : top) words += n;
+  std::printf("pipeline: %zu files (backend %s): %llu words, %zu distinct; most frequent:", files,
+              io.backend_reason().c_str(), static_cast<unsigned long long>(words), top.size());
+  for (std::size_t i = 0; i < top.size() && i < 5; ++i) {
+    std::printf(" %s %llu%s", top[i].first.c_str(), static_cast<unsigned long long>(top[i].second), i < 4 ? "," : "");
   }
-  const std::uint64_t expected = serial();
-  std::printf("aggregate %016llx, serial %016llx: %s\n", static_cast<unsigned long long>(pipeline.total()),
-              static_cast<unsigned long long>(expected), pipeline.total() == expected ? "match" : "MISMATCH");
-  return pipeline.total() == expected ? 0 : 1;
+  std::printf("\n  at most %d reads at once (limit %zu), %d counts at once (limit %zu)\n", pipeline.peak_reads(),
+              kReaders, pipeline.peak_counts(), kParsers);
+  const bool same = pipeline.total() == serial(paths);
+  const bool bounded = pipeline.peak_reads() <= static_cast<int>(kReaders) &&
+                       pipeline.peak_counts() <= static_cast<int>(kParsers);
+  std::printf("  counts against a serial run: %s; bounds: %s\n", same ? "match" : "MISMATCH",
+              bounded ? "held" : "EXCEEDED");
+  return same && bounded ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "pipeline: %s\n", e.what());
+  return 1;
 }

@@ -11,6 +11,8 @@
 #                                            and Asio; --write-docs writes docs/io-bench.md)
 #   scripts/dev.sh bench-resp [args]         the same set-up, then bench/resp/resp_bench.sh: kv_server --resp
 #                                            beside redis-server under redis-benchmark (figures in docs/asio.md)
+#   scripts/dev.sh bench-pipeline [args]     build in Release, run bench/ordo_pipeline_bench (issue 32's file
+#                                            pipeline beside a serial loop and a thread pool; Markdown on stdout)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -124,8 +126,13 @@ case "$cmd" in
     configure_build build-release-resp -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_BENCH=OFF
     bench/resp/resp_bench.sh ./build-release-resp/examples/kv_server "$@"
     ;;
+  bench-pipeline)
+    install_missing
+    configure_build build-release -DCMAKE_BUILD_TYPE=Release -DORDO_BUILD_TESTS=OFF -DORDO_BUILD_EXAMPLES=OFF
+    ./build-release/bench/ordo_pipeline_bench "$@"
+    ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

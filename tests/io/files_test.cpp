@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +55,47 @@ TEST_P(Files, ReadFileReturnsTheWholeContent) {
   } catch (const IoError& e) {
     EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
   }
+}
+
+// read_file stops at the first short read once it has read the size fstat
+// gave; a procfs file says 0 and gives its content in short reads: it must
+// be read to the read that returns 0.
+TEST_P(Files, ReadFileOfAFileWhoseSizeSaysNothing) {
+  std::ifstream in("/proc/version", std::ios::binary);
+  if (!in) GTEST_SKIP() << "no /proc/version";
+  const std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(sync_wait(read_file(io, "/proc/version")), expected);
+}
+
+// read_file closes a file of a local file system on the calling thread and
+// any other through the reactor: the content is the same either way, on
+// tmpfs (/dev/shm) as on the temporary directory's file system.
+TEST_P(Files, ReadFileOnTmpfs) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  const std::string content(10000, 'x');
+  const std::filesystem::path path = "/dev/shm/ordo_files_" + std::to_string(::getpid());
+  std::ofstream(path, std::ios::binary) << content;
+  EXPECT_EQ(sync_wait(read_file(io, path.string())), content);
+  std::filesystem::remove(path);
+}
+
+// Every path of read_file gives its descriptor back: closed on the calling
+// thread (ext4, tmpfs, ...) or through the reactor (procfs here).
+TEST_P(Files, ReadFileClosesItsDescriptor) {
+  auto open_fds = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  TempFile f("some content\n");
+  (void)sync_wait(read_file(io, f.path.string()));  // the first call may open what stays open (the ring's files)
+  const std::size_t before = open_fds();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(sync_wait(read_file(io, f.path.string())), "some content\n");
+    if (std::filesystem::exists("/proc/version")) (void)sync_wait(read_file(io, "/proc/version"));
+  }
+  EXPECT_EQ(open_fds(), before);
 }
 
 TEST_P(Files, LineReaderOnAFileMatchesASerialSplit) {

@@ -8,13 +8,17 @@
 //   auto entries = ordo::io::dir_entries(io, "/data");
 //   while (std::optional<ordo::io::DirEntry> e = co_await entries.next()) use(e->name);
 //
-// They are coroutines over Reactor::open / fstat / read / recv / read_dir / close: each
+// They are coroutines over Reactor::open / read / recv / read_dir / close: each
 // request is awaited (no worker waits), and the coroutine continues on an
-// engine worker as after any co_await of an IoOp. Errors are IoError, as the
-// requests throw them.
+// engine worker as after any co_await of an IoOp. read_file makes two calls
+// itself, on the calling thread, where neither can wait: the statx that
+// sizes its buffer, and the close of a file of a local file system (see
+// read_file). Errors are IoError, as the requests throw them.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -31,32 +35,77 @@
 
 namespace ordo::io {
 
+namespace detail {
+
+/// Whether close(fd) here returns without waiting for anything: the local
+/// file systems, whose files have no flush method. io_uring closes those on
+/// the submitting thread too, so going through the ring saves no wait; it
+/// only adds a round trip through the ring, and with several workers
+/// submitting (the ring takes one submitter at a time) a hand-off of the
+/// completion to another thread. Others (NFS, FUSE, CIFS, overlayfs, ...)
+/// may flush on close, waiting for a server: those go through the ring,
+/// which hands such a close to a kernel worker.
+inline bool close_never_waits(int fd) noexcept {
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return false;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case 0xEF53UL:      // ext2, ext3, ext4
+    case 0x58465342UL:  // xfs
+    case 0x9123683EUL:  // btrfs
+    case 0x01021994UL:  // tmpfs
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace detail
+
 /// The whole content of the file at `path` (opened O_RDONLY | O_CLOEXEC,
 /// sized with fstat, read to end of file even if it grew meanwhile, then
 /// closed, also on failure).
+///
+/// The size comes from a statx made here, on the calling thread, with
+/// AT_STATX_DONT_SYNC: it answers from the inode in memory and never waits
+/// (on a network file system it may be stale, which only costs a read more),
+/// where Reactor::fstat would cost io_uring a hand-off to a kernel worker
+/// thread and a wake-up per file (io_uring runs statx asynchronously always).
+/// Where that statx fails, Reactor::fstat is asked. Reading stops at the
+/// first short read once the size has been read: a regular file is at its
+/// end then, and files whose size says nothing (procfs: 0) are read until a
+/// read returns 0.
 inline Task<std::string> read_file(Reactor& io, std::string path) {
-  const int fd = co_await io.open(path, O_RDONLY | O_CLOEXEC);
+  // Moved: the request keeps the path (an IoError names it).
+  const int fd = co_await io.open(std::move(path), O_RDONLY | O_CLOEXEC);
   std::string out;
   std::exception_ptr error;
   try {
-    const struct statx st = co_await io.fstat(fd, STATX_SIZE);
-    out.resize(static_cast<std::size_t>(st.stx_size) + 1);  // +1: the read that sees the end of file
+    struct statx st {};
+    if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SIZE, &st) != 0 || (st.stx_mask & STATX_SIZE) == 0) {
+      st = co_await io.fstat(fd, STATX_SIZE);
+    }
+    const auto size = static_cast<std::size_t>(st.stx_size);
+    out.resize(size + 1);  // +1: the read that sees the end of file
     std::size_t got = 0;
     for (;;) {
       if (got == out.size()) out.resize(out.size() * 2);
-      const std::size_t n =
-          co_await io.read(fd, std::as_writable_bytes(std::span(out.data() + got, out.size() - got)), got);
-      if (n == 0) break;
+      const std::size_t want = out.size() - got;
+      const std::size_t n = co_await io.read(fd, std::as_writable_bytes(std::span(out.data() + got, want)), got);
       got += n;
+      if (n == 0 || (n < want && size != 0 && got >= size)) break;
     }
     out.resize(got);
   } catch (...) {
     error = std::current_exception();
   }
-  try {
-    co_await io.close(fd);
-  } catch (...) {
-    if (!error) error = std::current_exception();
+  if (detail::close_never_waits(fd)) {
+    ::close(fd);  // read-only, no flush method: nothing to report (see close_never_waits)
+  } else {
+    try {
+      co_await io.close(fd);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
   }
   if (error) std::rethrow_exception(error);
   co_return out;
