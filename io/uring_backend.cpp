@@ -397,7 +397,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   [[nodiscard]] ReactorStats stats() const noexcept override {
     return {stats_.by_reaper.load(std::memory_order_relaxed), stats_.by_workers.load(std::memory_order_relaxed),
             stats_.by_submitters.load(std::memory_order_relaxed), stats_.worker_waits.load(std::memory_order_relaxed),
-            stats_.direct.load(std::memory_order_relaxed)};
+            stats_.direct.load(std::memory_order_relaxed), stats_.reaper_wakeups.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -773,6 +773,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       if (any) continue;
       if (park()) continue;
       const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
+      stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
         std::fprintf(stderr, "ordo::io: io_uring_enter (wait) failed: %s\n", std::strerror(-rc));
       }
@@ -817,6 +818,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       if (idle_ticks_ <= kDeepTicks) {
         parked_.store(kParkedTick, std::memory_order_seq_cst);
         futex_wait(parked_, kParkedTick, kTickNs);
+        stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
         parked_.store(kAwake, std::memory_order_seq_cst);
         return true;
       }
@@ -831,7 +833,10 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       // only unflushed work: look again; else wait in the kernel
       return in_kernel() == 0;
     }
-    while (parked_.load(std::memory_order_acquire) == kParkedDeep) futex_wait(parked_, kParkedDeep, 0);
+    while (parked_.load(std::memory_order_acquire) == kParkedDeep) {
+      futex_wait(parked_, kParkedDeep, 0);
+      stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
+    }
     idle_ticks_ = 0;
     return true;
   }
@@ -959,6 +964,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
     std::atomic<std::uint64_t> by_reaper{0}, by_workers{0}, by_submitters{0};
     std::atomic<std::uint64_t> worker_waits{0};
     std::atomic<std::uint64_t> direct{0};  ///< requests done without the ring (send_now, read_now)
+    std::atomic<std::uint64_t> reaper_wakeups{0};  ///< the reaper's returns from a futex or kernel wait
   } stats_;  ///< CQEs consumed, by who consumed them; waits of workers in the ring
   // IdleTask (see the top of this file).
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)

@@ -136,6 +136,9 @@ struct ReactorStats {
   /// syscall, without the ring: sends the socket had room for, and reads
   /// the page cache served whole (IoOptions::cached_reads_inline).
   std::uint64_t direct = 0;
+  /// Times the reaper thread woke from a wait (its futex or the kernel),
+  /// whatever woke it. With worker_waits, what an idle process costs.
+  std::uint64_t reaper_wakeups = 0;
 };
 
 namespace detail {
