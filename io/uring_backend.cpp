@@ -74,6 +74,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -319,6 +320,9 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
     // The reaper parks while this is set (and is woken by run() if work is
     // left in flight then); submits leave the completions to this worker.
     in_ring_.store(true, std::memory_order_seq_cst);
+    // From here until the looks below are over, other threads leave this
+    // wait's FUTEX_WAIT CQE in the queue (reap_ready).
+    waiting_.store(true, std::memory_order_seq_cst);
     // An interrupt() since the last wait() ended ends this one at once.
     const std::uint32_t value = interrupts_seen_;
     if (futex_sqes_.load(std::memory_order_acquire) == 0) {  // counts a wanted one too
@@ -332,18 +336,23 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       futex_want_.store(true, std::memory_order_seq_cst);
       flush();
     }
+    std::int64_t bound_ns = kHolderBoundNs;
     for (;;) {
       if (interrupts_.load(std::memory_order_seq_cst) != value || cq_nonempty()) break;
       // A CQE posted after the look ends the wait at once (the kernel
       // compares the tail with the head as last advanced), unless another
-      // thread consumed it before this one entered the kernel: a submitter
-      // reaping inline, or the reaper, may take the FUTEX_WAIT's CQE too, and
-      // then nothing would end this wait (found as a rare hang at shutdown,
-      // with detach waiting for this worker). So the wait is bounded: after
-      // kHolderBoundNs the look is repeated. Completions of requests this
-      // thread submitted run their task_work here too.
+      // thread consumed it before this one entered the kernel. A submitter
+      // reaping inline, or the reaper, that took the FUTEX_WAIT's CQE here
+      // left the engine's call for work unanswered (found as a rare hang at
+      // shutdown, with detach waiting for this worker): now they leave that
+      // CQE in the queue while waiting_ is set, and the kernel, seeing it
+      // there, returns at once. The wait stays bounded as a safety net: from
+      // kHolderBoundNs, doubling while the waits end with nothing to do (an
+      // idle process with a request pending: a wake-up per second, not 100),
+      // up to kHolderMaxBoundNs. Completions of requests this thread
+      // submitted run their task_work here too.
       stats_.worker_waits.fetch_add(1, std::memory_order_relaxed);
-      __kernel_timespec bound = to_timespec(kHolderBoundNs);
+      __kernel_timespec bound = to_timespec(bound_ns);
       io_uring_getevents_arg arg{};
       arg.ts = reinterpret_cast<std::uint64_t>(&bound);
       const int rc = io_uring_enter2(static_cast<unsigned>(ring_.ring_fd), 0, 1,
@@ -353,7 +362,9 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         std::fprintf(stderr, "ordo::io: io_uring_enter (worker wait) failed: %s\n", std::strerror(-rc));
         break;
       }
+      bound_ns = rc == -ETIME ? std::min(2 * bound_ns, kHolderMaxBoundNs) : kHolderBoundNs;
     }
+    waiting_.store(false, std::memory_order_seq_cst);
     interrupts_seen_ = interrupts_.load(std::memory_order_seq_cst);
   }
 
@@ -366,6 +377,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       }
       reaping_.store(false, std::memory_order_release);
     }
+    ring_exits_.fetch_add(1, std::memory_order_relaxed);  // the reaper's watch looks at it (park())
     in_ring_.store(false, std::memory_order_seq_cst);
     wake_reaper_if_needed();  // requests still in flight: the reaper waits for them now
     want_waiter_if_needed();  // and this worker, or a sleeper, the next time it is idle
@@ -767,10 +779,12 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       // advanced, so a CQE posted after the look ends the wait at once, and
       // one a submitter took meanwhile just means waiting for the next.
       while (reaping_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-      const bool any = io_uring_cq_ready(&ring_) != 0;
-      if (any) reap_ready(stats_.by_reaper);
+      // Look again after delivering, or when what was left in the queue for
+      // the ring's waiter (reap_ready) is no longer its own.
+      bool again = false;
+      if (io_uring_cq_ready(&ring_) != 0) again = reap_ready(stats_.by_reaper) > 0 || !waiting_.load(std::memory_order_seq_cst);
       reaping_.store(false, std::memory_order_release);
-      if (any) continue;
+      if (again) continue;
       if (park()) continue;
       const int rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), 0, 1, IORING_ENTER_GETEVENTS, nullptr);
       stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
@@ -796,13 +810,23 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   /// (every worker busy), the reaper takes the completions over and waits in
   /// the kernel until a worker is in the ring again. Nothing in flight for
   /// kDeepTicks ticks: it parks until a submit wakes it.
+  ///
+  /// A worker in the ring and no worker left it since the last look (a
+  /// pending sleep or recv in an idle process): the tick doubles, up to
+  /// kTickNs << kMaxWatchShift, as a long park (kParkedLong) that a worker
+  /// leaving the ring with requests in flight ends at once
+  /// (wake_reaper_if_needed), so the grace above still starts then. While
+  /// workers come and go the tick stays short and parked_ reads kParkedTick:
+  /// their exits make no system call for the reaper.
   bool park() noexcept {
     if (stopping_.load(std::memory_order_seq_cst)) return false;  // shutdown: CQEs are the reaper's alone
     if (attached_.load(std::memory_order_seq_cst)) {
       const bool ring_held = in_ring_.load(std::memory_order_seq_cst);
       const bool nothing = idle();
+      const std::uint64_t exits = ring_exits_.load(std::memory_order_seq_cst);
       if (!ring_held && !nothing) {
         idle_ticks_ = 0;
+        watch_shift_ = 0;
         if (taking_over_) return false;
         if (grace_) {
           grace_ = false;
@@ -814,6 +838,21 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         grace_ = false;
         taking_over_ = false;
         idle_ticks_ = nothing ? idle_ticks_ + 1 : 0;
+        const bool quiet = ring_held && !nothing && exits == seen_exits_;
+        watch_shift_ = quiet ? std::min(watch_shift_ + 1, kMaxWatchShift) : 0;
+      }
+      seen_exits_ = exits;
+      if (watch_shift_ > 0) {
+        parked_.store(kParkedLong, std::memory_order_seq_cst);
+        // Dekker with run(): there in_ring_ is cleared (and ring_exits_
+        // bumped) before wake_reaper_if_needed's fence and look at parked_.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (in_ring_.load(std::memory_order_relaxed) && ring_exits_.load(std::memory_order_relaxed) == exits) {
+          futex_wait(parked_, kParkedLong, kTickNs << watch_shift_);
+          stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
+        }
+        parked_.store(kAwake, std::memory_order_seq_cst);
+        return true;
       }
       if (idle_ticks_ <= kDeepTicks) {
         parked_.store(kParkedTick, std::memory_order_seq_cst);
@@ -843,7 +882,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
 
   /// Sleeps while `word` holds `value`, at most `ns` nanoseconds (0: no limit).
   static void futex_wait(std::atomic<int>& word, int value, long ns) noexcept {
-    timespec limit{0, ns};
+    timespec limit{ns / 1'000'000'000, ns % 1'000'000'000};
     syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT_PRIVATE, value, ns > 0 ? &limit : nullptr, nullptr, 0);
   }
 
@@ -858,11 +897,15 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   }
 
   /// After a submit or cancel, or a worker's run(): wakes a reaper
-  /// parked until further notice if work is left in flight (one parked for
-  /// a tick looks by itself; see park()).
+  /// parked until further notice, or for long while a worker held the ring
+  /// and none holds it now, if work is left in flight (one parked for a
+  /// tick looks by itself; see park()).
   void wake_reaper_if_needed() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (parked_.load(std::memory_order_relaxed) == kParkedDeep && !idle()) wake_reaper();
+    const int parked = parked_.load(std::memory_order_relaxed);
+    if (parked == kAwake || parked == kParkedTick) return;
+    if (parked == kParkedLong && in_ring_.load(std::memory_order_relaxed)) return;  // the ring's waiter has them
+    if (!idle()) wake_reaper();
   }
 
   /// After a submit or a worker's run(): requests in flight and no worker
@@ -879,15 +922,19 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
     }
   }
 
-  /// Delivers every CQE in the queue (the caller holds reaping_). Requests
-  /// that the deliveries submit are batched (t_batch_): one io_uring_enter
-  /// after the loop for all of them, rather than one each.
-  void reap_ready(std::atomic<std::uint64_t>& delivered) noexcept {
+  /// Delivers every CQE in the queue (the caller holds reaping_), up to the
+  /// ring waiter's FUTEX_WAIT CQE while that worker is in wait(): that one
+  /// (and what follows it) stays in the queue for the waiter, whose wait in
+  /// the kernel then ends at once (see wait()). Requests that the deliveries
+  /// submit are batched (t_batch_): one io_uring_enter after the loop for
+  /// all of them, rather than one each. Returns the CQEs consumed.
+  unsigned reap_ready(std::atomic<std::uint64_t>& delivered) noexcept {
     unsigned head = 0;
     unsigned n = 0;
     io_uring_cqe* cqe = nullptr;
     UringBackend* const outer = std::exchange(t_batch_, this);
     io_uring_for_each_cqe(&ring_, head, cqe) {
+      if (io_uring_cqe_get_data64(cqe) == kTagFutex && waiting_.load(std::memory_order_seq_cst)) break;
       handle(cqe);
       ++n;
     }
@@ -900,6 +947,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         cancels_.load(std::memory_order_acquire) != nullptr || futex_want_.load(std::memory_order_acquire)) {
       flush();
     }
+    return n;
   }
 
   /// After a submit: completions the kernel posted during io_uring_enter (a
@@ -947,15 +995,23 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   static constexpr int kAwake = 0;
   static constexpr int kParkedDeep = 1;  ///< until wake_reaper()
   static constexpr int kParkedTick = 2;  ///< for kTickNs at most (attached to an engine)
+  static constexpr int kParkedLong = 3;  ///< for longer, while a worker holds the ring (park())
   static constexpr long kTickNs = 1'000'000;
-  /// The longest a worker waits in the ring before it looks again (see wait()).
+  static constexpr int kMaxWatchShift = 10;  ///< the longest watch: kTickNs << 10, about a second
+  /// How long a worker waits in the ring before it looks again: from the
+  /// first bound, doubling while the waits find nothing, up to the last (see wait()).
   static constexpr std::int64_t kHolderBoundNs = 10'000'000;
+  static constexpr std::int64_t kHolderMaxBoundNs = 1'280'000'000;
   static constexpr int kDeepTicks = 64;
+  /// Written by the reaper (kAwake, a parked state) and by wake_reaper()
+  /// (kAwake); read by the wakers (wake_reaper_if_needed).
   std::atomic<int> parked_{kAwake};
   // Reaper only (park()): the watchdog's state.
   bool grace_ = false;
   bool taking_over_ = false;
   int idle_ticks_ = 0;
+  int watch_shift_ = 0;            ///< the watch parks for kTickNs << watch_shift_
+  std::uint64_t seen_exits_ = 0;   ///< ring_exits_ at the last look
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> sqes_{0};      ///< SQEs submitted whose CQE has not been reaped
   std::atomic<std::int64_t> requests_{0};  ///< requests submitted and not yet delivered
@@ -970,6 +1026,12 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   Engine* engine_ = nullptr;  ///< the engine whose CPU workers wait in the ring (set before the reaper starts)
   std::atomic<bool> attached_{false};  ///< they may (until shutdown detaches them)
   std::atomic<bool> in_ring_{false};       ///< a worker is between wait() and the end of run()
+  /// The ring's waiter is in wait() (set after in_ring_, cleared before it):
+  /// others leave its FUTEX_WAIT CQE in the queue (reap_ready).
+  std::atomic<bool> waiting_{false};
+  /// Bumped by run() before it clears in_ring_; the reaper reads it to tell
+  /// a ring held all along from one that workers come and go in (park()).
+  std::atomic<std::uint64_t> ring_exits_{0};
   /// Bumped by interrupt(); the waiter's FUTEX_WAIT is on it (futex word).
   std::atomic<std::uint32_t> interrupts_{0};
   std::uint32_t interrupts_seen_ = 0;  ///< interrupts_ as the last wait() ended (the waiter only)

@@ -957,6 +957,44 @@ TEST(IdleWorkers, OneRingPerEngineAndNoneForTheNaiveEngine) {
   EXPECT_FALSE(make_uring_reactor(naive)->idle_workers_reap());
 }
 
+// An idle process with requests pending (a recv on an idle socket, an hour's
+// sleep) costs nearly nothing: the worker waiting in the ring and the reaper,
+// its watchdog, back their wake-ups off while nothing happens (they woke
+// ~100 and ~1,000 times a second before). Load only lowers the count. The
+// requests are still delivered afterwards: the recv's data, the sleep's cancel.
+TEST(IdleWorkers, PendingRequestsInAnIdleProcessCostNearlyNoWakeUps) {
+  Engine engine{Options{.kind = EngineKind::per_device, .cpu_workers = 2}};
+  auto io = make_uring_reactor(engine);
+  if (!io) GTEST_SKIP() << "io_uring unavailable";
+  if (!io->idle_workers_reap()) GTEST_SKIP() << "kernel without IORING_OP_FUTEX_WAIT (Linux < 6.7)";
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]), b(sv[1]);
+  std::vector<char> got(1);
+  std::promise<std::int64_t> received, slept;
+  io->recv(a.fd, bytes(got)).then([&received](const Result& r) { received.set_value(r.ok() ? static_cast<std::int64_t>(r.value()) : -1); });
+  const Handle sleep = io->sleep_for(1h).then([&slept](const Result& r) {
+    slept.set_value(r.ok() ? 0 : static_cast<std::int64_t>(r.error().value()));
+  });
+  // A worker waits in the ring (requests in flight), then the process idles.
+  for (const auto end = std::chrono::steady_clock::now() + 30s; io->stats().worker_waits == 0;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), end) << "no worker came to wait in the ring";
+    std::this_thread::yield();
+  }
+  std::this_thread::sleep_for(300ms);
+  const ReactorStats before = io->stats();
+  std::this_thread::sleep_for(1s);
+  const ReactorStats after = io->stats();
+  const std::uint64_t reaper = after.reaper_wakeups - before.reaper_wakeups;
+  const std::uint64_t worker = after.worker_waits - before.worker_waits;
+  EXPECT_LT(reaper + worker, 100U) << "in 1 s: reaper " << reaper << ", worker in the ring " << worker;
+  ASSERT_EQ(::send(b.fd, "x", 1, 0), 1);
+  EXPECT_EQ(received.get_future().get(), 1);
+  EXPECT_EQ(got[0], 'x');
+  EXPECT_TRUE(sleep.cancel());
+  EXPECT_EQ(slept.get_future().get(), ECANCELED);
+}
+
 // Reactors come and go on one engine while its workers wait in their rings,
 // with I/O and CPU ops in flight around them: each destruction takes the
 // worker out of the ring and delivers everything; the engine keeps working.
