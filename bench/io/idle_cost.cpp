@@ -1,7 +1,7 @@
 // bench/io/idle_cost.cpp - ordo_io_idle: what an idle process with pending
 // requests costs (docs/io.md, "Idle cost").
 //
-//   ordo_io_idle [--case sleep|recv|none] [--seconds S] [--settle S] [--workers N]
+//   ordo_io_idle [--case sleep|recv|none|takeover] [--seconds S] [--settle S] [--workers N]
 //
 // An engine with an io_uring Reactor, one request left pending: `sleep`, an
 // ordo::sleep_for(engine, 1h) (a timeout in the ring); `recv`, a recv on an
@@ -10,10 +10,17 @@
 // voluntary and non-voluntary ones of every thread, /proc/self/task/*/status)
 // and CPU time (getrusage), and the reactor's own wake-up counts
 // (ReactorStats). Prints one line per figure, per second.
+//
+// `takeover`: the latency bound when every worker is busy. One worker, a
+// recv pending; after --settle seconds of quiet, the worker leaves the ring
+// for an op that sleeps 200 ms, and once it runs a byte is sent: the time
+// until the reaper has consumed the recv's completion, --seconds rounds.
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +30,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ordo/engine.hpp"
 #include "ordo/io.hpp"
@@ -56,6 +64,44 @@ double cpu_seconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/// The `takeover` case: milliseconds from the send to the reaper's consumption, per round.
+int takeover(double settle, int rounds) {
+  ordo::Engine engine{ordo::Options{.cpu_workers = 1}};
+  ordo::io::IoOptions options;
+  options.backend = ordo::io::Backend::uring;
+  ordo::io::Reactor io(engine, options);
+  int sv[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r) {
+    char byte = 0;
+    std::atomic<bool> delivered{false};
+    io.recv(sv[0], std::as_writable_bytes(std::span(&byte, 1))).then([&](const ordo::io::Result&) {
+      delivered.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::duration<double>(settle));
+    std::atomic<bool> started{false};
+    engine.push_sync([&] {
+      started.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }, ordo::Context::cpu(), {}, {});
+    while (!started.load()) std::this_thread::yield();
+    const std::uint64_t before = io.stats().by_reaper;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (::send(sv[1], "x", 1, 0) != 1) return 1;
+    while (io.stats().by_reaper == before) std::this_thread::yield();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    while (!delivered.load()) std::this_thread::yield();
+  }
+  engine.wait_for_all();
+  std::sort(ms.begin(), ms.end());
+  std::printf("RESULT case=takeover rounds=%d settle=%.1f reaper_takeover_ms median=%.2f min=%.2f max=%.2f\n", rounds,
+              settle, ms[ms.size() / 2], ms.front(), ms.back());
+  ::close(sv[0]);
+  ::close(sv[1]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,10 +120,12 @@ int main(int argc, char** argv) {
     } else if (a == "--workers" && i + 1 < argc) {
       workers = static_cast<unsigned>(std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--case sleep|recv|none] [--seconds S] [--settle S] [--workers N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--case sleep|recv|none|takeover] [--seconds S] [--settle S] [--workers N]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (which == "takeover") return takeover(settle, static_cast<int>(seconds));
   ordo::Engine engine{ordo::Options{.cpu_workers = workers}};
   ordo::io::IoOptions options;
   options.backend = ordo::io::Backend::uring;
