@@ -87,8 +87,8 @@ struct Entry {
 /// Key -> Entry for per-key mode: open addressing with linear probing over
 /// (hash, entry) pairs, at most half full. A hit costs the bucket's line and
 /// the entry's; std::unordered_map's chains cost two more (its node, then the
-/// key's heap bytes), which made lookups a third of the io thread's time with
-/// 100,000 random keys (docs/asio.md).
+/// key's heap bytes), which dominated the io thread with many keys
+/// (docs/asio.md, "Keys to variables").
 class KeyIndex {
  public:
   KeyIndex() : buckets_(1024) {}

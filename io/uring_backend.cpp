@@ -341,16 +341,15 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       if (interrupts_.load(std::memory_order_seq_cst) != value || cq_nonempty()) break;
       // A CQE posted after the look ends the wait at once (the kernel
       // compares the tail with the head as last advanced), unless another
-      // thread consumed it before this one entered the kernel. A submitter
-      // reaping inline, or the reaper, that took the FUTEX_WAIT's CQE here
-      // left the engine's call for work unanswered (found as a rare hang at
-      // shutdown, with detach waiting for this worker): now they leave that
-      // CQE in the queue while waiting_ is set, and the kernel, seeing it
-      // there, returns at once. The wait stays bounded as a safety net: from
-      // kHolderBoundNs, doubling while the waits end with nothing to do (an
-      // idle process with a request pending: a wake-up per second, not 100),
-      // up to kHolderMaxBoundNs. Completions of requests this thread
-      // submitted run their task_work here too.
+      // thread consumed it before this one entered the kernel: a submitter
+      // reaping inline, or the reaper, taking the FUTEX_WAIT's CQE would
+      // leave the engine's call for work unanswered. So they leave that CQE
+      // in the queue while waiting_ is set, and the kernel, seeing it there,
+      // returns at once. The wait stays bounded as a safety net: from
+      // kHolderBoundNs, doubling while the waits end with nothing to do (so
+      // an idle process with a request pending rarely wakes; docs/io.md,
+      // "Idle cost"), up to kHolderMaxBoundNs. Completions of requests this
+      // thread submitted run their task_work here too.
       stats_.worker_waits.fetch_add(1, std::memory_order_relaxed);
       __kernel_timespec bound = to_timespec(bound_ns);
       io_uring_getevents_arg arg{};

@@ -15,16 +15,8 @@ using namespace std::chrono_literals;
 
 TEST(ScopeStop, ReachesPushesSemaphoresChannelsAndSleeps) {
   Engine engine(Options{.kind = EngineKind::pooled, .cpu_workers = 2});
-  Var held = engine.new_variable();
-  Gate running;
-  OnComplete release;
-  engine.push_async(
-      [&](RunContext, OnComplete done) {
-        release = done;
-        running.open();
-      },
-      Context::cpu(), {}, {held});
-  ASSERT_TRUE(running.wait());
+  HeldVar blocker(engine);
+  const Var held = blocker.var;
   Semaphore sem(0);
   Channel<int> ch(1);
   std::atomic<int> cancelled{0};
@@ -71,7 +63,7 @@ TEST(ScopeStop, ReachesPushesSemaphoresChannelsAndSleeps) {
   scope.spawn(on_sem);
   scope.sync_join();
   EXPECT_EQ(cancelled.load(), 5);
-  release();
+  blocker.release();
   engine.wait_for_all();
 }
 

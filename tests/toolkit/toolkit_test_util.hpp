@@ -26,4 +26,27 @@ class ConcurrencyProbe {
   std::atomic<int> max_{0};
 };
 
+/// A variable held by a running async op until release(): ops that touch
+/// it wait (a push to cancel while it waits). The constructor returns once
+/// the op runs.
+class HeldVar {
+ public:
+  explicit HeldVar(Engine& engine) : var(engine.new_variable()) {
+    Gate running;
+    engine.push_async(
+        [&](RunContext, OnComplete done) {
+          done_ = std::move(done);
+          running.open();
+        },
+        Context::cpu(), {}, {var});
+    EXPECT_TRUE(running.wait()) << "the holding op never ran";
+  }
+  void release() { done_(); }
+
+  const Var var;
+
+ private:
+  OnComplete done_;
+};
+
 }  // namespace ordo::test

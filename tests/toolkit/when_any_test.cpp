@@ -14,16 +14,8 @@ namespace {
 
 TEST(WhenAny, FirstFinisherWinsLosersAreCancelledAndJoined) {
   Engine engine(Options{.kind = EngineKind::pooled, .cpu_workers = 2});
-  Var held = engine.new_variable();
-  Gate blocker_running;
-  OnComplete release_held;
-  engine.push_async(
-      [&](RunContext, OnComplete done) {
-        release_held = done;
-        blocker_running.open();
-      },
-      Context::cpu(), {}, {held});
-  ASSERT_TRUE(blocker_running.wait());
+  HeldVar blocker(engine);
+  const Var held = blocker.var;
   std::atomic<bool> loser_finished{false};
   auto loser = [&](std::stop_token st) -> Task<int> {
     try {
@@ -44,7 +36,7 @@ TEST(WhenAny, FirstFinisherWinsLosersAreCancelledAndJoined) {
   EXPECT_EQ(std::get<1>(r), "fast");
   EXPECT_TRUE(loser_finished.load()) << "the loser must be joined before when_any returns";
   EXPECT_TRUE(stop.stop_requested());
-  release_held();
+  blocker.release();
   engine.wait_for_all();
 }
 
