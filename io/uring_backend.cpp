@@ -842,10 +842,11 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
       }
       seen_exits_ = exits;
       if (watch_shift_ > 0) {
-        parked_.store(kParkedLong, std::memory_order_seq_cst);
-        // Dekker with run(): there in_ring_ is cleared (and ring_exits_
-        // bumped) before wake_reaper_if_needed's fence and look at parked_.
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        // Handshake with run(): there in_ring_ is cleared (and ring_exits_
+        // bumped) before wake_reaper_if_needed's read-modify-write of
+        // parked_. Whichever of the two comes second in parked_'s order
+        // sees the other's writes (see wake_reaper_if_needed).
+        parked_.exchange(kParkedLong, std::memory_order_seq_cst);
         if (in_ring_.load(std::memory_order_relaxed) && ring_exits_.load(std::memory_order_relaxed) == exits) {
           futex_wait(parked_, kParkedLong, kTickNs << watch_shift_);
           stats_.reaper_wakeups.fetch_add(1, std::memory_order_relaxed);
@@ -861,11 +862,12 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
         return true;
       }
     }
-    parked_.store(kParkedDeep, std::memory_order_relaxed);
-    // Dekker with wake_reaper_if_needed: this store then the load of the
-    // counts, there the count changes then the load of parked_; with a
-    // full fence on both sides, one of the two sees the other.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // Handshake with wake_reaper_if_needed: this read-modify-write, then
+    // the look at the counts; there the count changes, then a
+    // read-modify-write of parked_. If that one comes later in parked_'s
+    // order, it reads kParkedDeep and wakes this thread; if earlier, this
+    // one synchronizes with it and sees the counts changed.
+    parked_.exchange(kParkedDeep, std::memory_order_seq_cst);
     if (!idle()) {
       parked_.store(kAwake, std::memory_order_relaxed);
       // only unflushed work: look again; else wait in the kernel
@@ -900,8 +902,10 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   /// and none holds it now, if work is left in flight (one parked for a
   /// tick looks by itself; see park()).
   void wake_reaper_if_needed() noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const int parked = parked_.load(std::memory_order_relaxed);
+    // A read-modify-write, not a load: the reaper's side of the handshake
+    // (park()) is one too, so one of the two sees the other's writes. No
+    // fence: ThreadSanitizer follows read-modify-writes, not fences.
+    const int parked = parked_.fetch_add(0, std::memory_order_seq_cst);
     if (parked == kAwake || parked == kParkedTick) return;
     if (parked == kParkedLong && in_ring_.load(std::memory_order_relaxed)) return;  // the ring's waiter has them
     if (!idle()) wake_reaper();

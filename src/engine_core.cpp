@@ -714,14 +714,13 @@ Placement EngineCore::place(const OpRecord* op, Origin origin) const {
   if (ts.engine != this) return {Place::queue, pool};  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
   if (op->prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
-  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps) {
-    // Continuation: the next op of a chain stays on this worker (no queue
-    // hop, its data in this core's cache). It runs next, ahead of the rest
-    // of a batch taken from the queue, for as long after the take as the
-    // batch's own work may last (kBatchWorkNs): the batch's ops, which no
-    // other worker can take, are overtaken for at most that long.
-    if (ts.depth == 0 || ts.inline_ops.empty()) return {Place::chain};
-    if (now_ns() < ts.ahead_until) return {Place::ahead};
+  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps && ts.running == nullptr &&
+      ts.inline_ops.empty()) {
+    // Its continuation: the first op released by the op this worker just
+    // finished runs next here (no queue, no wake-up, its data in this
+    // core's cache). Only one, and only once the body has returned: every
+    // other ready op goes to a deque, where an idle worker can take it.
+    return {Place::chain};
   }
   return {Place::queue, pool};
 }
@@ -754,10 +753,6 @@ void EngineCore::run_at(OpRecord* op, const Placement& at, QueueBatch* batch) {
     case Place::chain:
       ++ts.continuations;
       run_later(op);
-      return;
-    case Place::ahead:
-      ++ts.continuations;
-      ts.inline_ops.push_front(op);
       return;
     case Place::launch:
       // One level deep: a launch that completes at once (a synchronous
@@ -809,10 +804,6 @@ void EngineCore::execute(OpRecord* op) {
   ts.running = &self;
   if (!fn.is_async()) {
     ErrorRecord* own = nullptr;
-    // One op in kPeriodOps on this thread is timed, and its first, for the
-    // size of its batches (note_op_time).
-    const bool timed = (++ts.sample_tick & (kPeriodOps - 1)) == 0 || ts.op_ns < 0;
-    const std::int64_t t0 = timed ? now_ns() : 0;
     // The completion locks these; their lines, last written by the pusher
     // (its enqueue) or another worker, arrive while the body runs.
     for (std::uint16_t i = 0; i < op->n_access; ++i) prefetch_for_write(op->access[i].var());
@@ -821,7 +812,6 @@ void EngineCore::execute(OpRecord* op) {
     } catch (...) {
       own = make_error(std::current_exception(), name);
     }
-    if (timed) [[unlikely]] note_op_time(ts, now_ns() - t0);
     ts.running = outer;
     complete(op, own);
     return;
@@ -831,17 +821,12 @@ void EngineCore::execute(OpRecord* op) {
   op->body.store(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
-  // The start is what keeps this thread busy (a launch, or a coroutine up to
-  // its first suspension): timed for its batches as a sync op's body is.
-  const bool timed = (++ts.sample_tick & (kPeriodOps - 1)) == 0 || ts.op_ns < 0;
-  const std::int64_t t0 = timed ? now_ns() : 0;
   std::exception_ptr thrown;
   try {
     fn.invoke_async(rc, op->completion());
   } catch (...) {
     thrown = std::current_exception();
   }
-  if (timed) [[unlikely]] note_op_time(ts, now_ns() - t0);
   ts.running = outer;
   if (prof_ != nullptr) [[unlikely]] prof_->on_body_end(prof_id);
   // acq_rel pairs with the CAS in complete(): exactly one side frees the record.

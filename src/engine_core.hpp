@@ -29,8 +29,7 @@ using ReadyList = OpList;
 enum class Place : std::uint8_t {
   now,     ///< on this thread, before the call returns (nested if it runs an op already)
   next,    ///< on this thread, after the op it runs (its trampoline)
-  chain,   ///< as next, on a worker: the next op of a chain, counted against its continuation budget
-  ahead,   ///< on this worker, next, ahead of the rest of the batch it took from its queue
+  chain,   ///< as next, on a worker: its continuation, counted against its continuation budget
   launch,  ///< on this completion thread, inside its delivery loop (ops that run no user code)
   queue,   ///< queued to its pool (route()) for a worker
 };
@@ -69,7 +68,7 @@ class QueueBatch {
 /// completion of another op (or a fence's release).
 enum class Origin : std::uint8_t { push, completion };
 
-class EngineCore {
+class EngineCore final : public PoolHost {
  public:
   explicit EngineCore(Options options);
   ~EngineCore();
@@ -168,7 +167,7 @@ class EngineCore {
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.
   void release_held(OpRecord* op, std::exception_ptr error);
-  void execute(OpRecord* op);
+  void execute(OpRecord* op) override;
   void complete(OpRecord* op, ErrorRecord* own_error) noexcept;
   ErrorRecord* make_error(std::exception_ptr e, const char* op_name);
   void report_late_error(std::exception_ptr e, const char* op_name);
@@ -207,8 +206,8 @@ class EngineCore {
   const Options& options() const noexcept { return opts_; }
   /// The profiler, or null when profiling is off (Options::profile).
   ProfilerCore* profiler() const noexcept { return prof_; }
-  void flush_finished() noexcept;
-  void worker_idle() noexcept;
+  void flush_finished() noexcept override;
+  void worker_idle() noexcept override;
 
   /// Marks an engine call on this thread for its duration (see CallScope).
   class Call {

@@ -1,6 +1,8 @@
 // src/engine_kinds.cpp - naive, pooled and per-device: their pools and routes.
 #include "engine_kinds.hpp"
 
+#include "engine_core.hpp"
+
 #include <string>
 
 #include "ordo/error.hpp"
@@ -122,7 +124,7 @@ std::unique_ptr<EngineKindPolicy> EngineKindPolicy::make(EngineCore& core, const
 }
 
 WorkerPool& EngineKindPolicy::start(EngineCore& core, std::string name, unsigned threads, WorkerPool::Order order) {
-  auto pool = std::make_unique<WorkerPool>(core, std::move(name), threads, order);
+  auto pool = std::make_unique<WorkerPool>(core, &core, std::move(name), threads, order);
   WorkerPool& p = *pool;
   const std::lock_guard lock(mutex_);
   pools_.push_back(std::move(pool));

@@ -1,32 +1,38 @@
 // src/worker_pool.cpp
 #include "worker_pool.hpp"
 
+#include "ordo/detail/pool_hooks.hpp"
+
 #include <sched.h>
 
-#include <algorithm>
+#include <chrono>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <new>
 #include <utility>
-
-#include "engine_core.hpp"
 
 namespace ordo::detail {
 
 constinit thread_local ThreadState t_state;
 
 namespace {
-// Spin briefly before sleeping: long enough to catch the next op of a busy
-// pusher, short enough not to steal a core from it on an oversubscribed machine.
+// How long an idle worker looks for work before it sleeps, in rounds of a
+// look at every deque: long enough to catch the next op of a busy pusher,
+// short enough not to steal a core from it on an oversubscribed machine.
 constexpr int kSpinRounds = 256;
-// Most ops a worker takes from the queue at once.
-constexpr std::int64_t kMaxBatch = 16;
-// Slots of a fifo queue's ring at first (a power of two): the default
-// in-flight bound's worth of ready ops fits without growing.
-constexpr std::size_t kFifoInitial = 4096;
-static_assert((kFifoInitial & (kFifoInitial - 1)) == 0, "the ring's index is masked: a power of two");
+
+// A test's hook (ordo/detail/pool_hooks.hpp); null, one predictable branch, otherwise.
+std::atomic<PoolHook> g_hook{nullptr};
+std::atomic<void*> g_hook_arg{nullptr};
+
+inline void at(PoolPoint point, const WorkerPool* pool) noexcept {
+  if (PoolHook hook = g_hook.load(std::memory_order_acquire); hook != nullptr) [[unlikely]] {
+    hook(point, pool, g_hook_arg.load(std::memory_order_relaxed));
+  }
+}
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 /// A worker that ran the idle task keeps the ops that made ready to itself
@@ -51,17 +57,20 @@ void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
   keep = Keep{};
 }
 
-WorkerPool::WorkerPool(EngineCore& core, std::string name, unsigned threads, Order order)
-    : core_(core), name_(std::move(name)), order_(order), n_threads_(static_cast<int>(threads)) {
-  // The queue's hot fields, from lock_ (line-aligned) to spinning_, fit one
-  // cache line (worker_pool.hpp). offsetof on this class (it holds a
-  // reference, so it is not standard-layout) is supported by GCC and Clang.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Winvalid-offsetof"
-  static_assert(offsetof(WorkerPool, spinning_) + sizeof(spinning_) - offsetof(WorkerPool, lock_) <= 64,
-                "the queue's hot fields fit one cache line (worker_pool.hpp)");
-#pragma GCC diagnostic pop
-  if (order_ == Order::fifo) fifo_.resize(kFifoInitial);
+void set_pool_hook(PoolHook hook, void* arg) noexcept {
+  g_hook_arg.store(arg, std::memory_order_relaxed);
+  g_hook.store(hook, std::memory_order_release);
+}
+
+WorkerPool::WorkerPool(PoolHost& host, EngineCore* engine, std::string name, unsigned threads, Order order)
+    : host_(host),
+      engine_(engine),
+      name_(std::move(name)),
+      order_(order),
+      n_threads_(static_cast<int>(threads)),
+      n_queues_(order == Order::fifo ? static_cast<int>(threads) : 1),
+      queues_(std::make_unique<ReadyQueue[]>(static_cast<std::size_t>(n_queues_))) {
+  if (order_ == Order::priority) queues_[0].use_priority_order();
   threads_.reserve(threads);
   // Pools of several workers spread them over the CPUs as they start
   // (spread_start); single-thread pools (GPU slots, the naive helper) need not.
@@ -121,77 +130,45 @@ void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
   }
 }
 
-bool WorkerPool::before(const OpRecord* a, const OpRecord* b) noexcept {
-  // Heap order: "a below b" when a has lower priority, or equal priority and
-  // was queued later (so equal priorities pop in FIFO order).
-  if (a->priority != b->priority) return a->priority < b->priority;
-  return a->seq > b->seq;
-}
 
-inline void WorkerPool::push_locked(OpRecord* op) {
-  if (order_ == Order::fifo) {
-    while (queued_locked() == fifo_.size()) [[unlikely]] grow_fifo();
-    fifo_[(fifo_head_ + queued_locked()) & (fifo_.size() - 1)] = op;
-  } else {
-    op->seq = seq_++;
-    heap_.push_back(op);
-    std::push_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
-  }
-  // Only the lock's holder writes size_: a load and a store, no locked add.
-  size_.store(size_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+ReadyQueue& WorkerPool::target() noexcept {
+  ThreadState& ts = t_state;
+  if (ts.pool == this) return own(ts.index);
+  return queues_[ts.deal++ % static_cast<std::uint32_t>(n_queues_)];
 }
 
 void WorkerPool::enqueue(OpRecord* op) {
-  lock_.lock();
-  push_locked(op);
-  // Read the worker counts inside the critical section. A worker changes them
-  // (seq_cst) before its last try_pop(), which takes this lock: if that
-  // try_pop runs after this section it finds the op; if before, its change
-  // happened before this section and is seen here. So a spinning worker will
-  // find the op, and only when none spins is a sleeper woken: a busy pusher
-  // makes no syscall per op, and no fence is needed. A spinner that takes an
-  // op stops spinning inside its try_pop()'s section (see spin()), so the
-  // count read here is never one that has already left with its op.
-  const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
-  lock_.unlock();
-  if (wake) wake_one();
+  target().push(op);
+  at(PoolPoint::op_published, this);
+  notify();
 }
 
 void WorkerPool::enqueue_list(OpRecord* head) {
-  lock_.lock();
-  for (OpRecord* op = head; op != nullptr;) {
-    OpRecord* next = op->next;  // read first: a worker may take `op` once the lock is released
-    push_locked(op);
-    op = next;
-  }
-  // As in enqueue(), read under the lock.
-  const bool wake = spinning_.load(std::memory_order_relaxed) == 0 && sleepers_.load(std::memory_order_relaxed) > 0;
-  lock_.unlock();
-  if (wake) wake_one();
+  target().push_list(head);
+  at(PoolPoint::op_published, this);
+  notify();
 }
 
-void WorkerPool::grow_fifo() noexcept {
-  // Called and returns with lock_ held; rarely: only past the most ops ever
-  // queued at once. The new ring is allocated with the lock released (other
-  // threads keep queueing and taking meanwhile; if one of them grew it
-  // first, the caller's loop looks again). The op being queued is counted
-  // in flight already, so there is no way back: out of memory here ends
-  // the process with a message, as a lost op would hang its waiters.
-  const std::size_t want = fifo_.size() * 2;
-  lock_.unlock();
-  std::vector<OpRecord*> bigger;
-  try {
-    bigger.resize(want);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "ordo: out of memory growing the %s pool's ready queue to %zu ops\n", name_.c_str(), want);
-    std::abort();
+std::uint64_t WorkerPool::queued() const noexcept {
+  std::uint64_t n = 0;
+  for (int i = 0; i < n_queues_; ++i) n += queues_[i].size.load(std::memory_order_seq_cst);
+  return n;
+}
+
+void WorkerPool::notify() noexcept {
+  // The deque's size grew by a read-modify-write (ReadyQueue::publish);
+  // these loads come after it. A worker going to sleep counts itself (or
+  // stops spinning) with a read-modify-write, then loads the sizes. All
+  // seq_cst: either it sees the op, or this sees it counted and wakes one.
+  // A spinner that is the last to take an op looks again (spin()).
+  if (spinning_.load(std::memory_order_seq_cst) == 0 && sleepers_.load(std::memory_order_seq_cst) > 0) wake_one();
+}
+
+void WorkerPool::wake_if_queued(std::uint64_t more_than) noexcept {
+  if (sleepers_.load(std::memory_order_seq_cst) > 0 && spinning_.load(std::memory_order_seq_cst) == 0 &&
+      queued() > more_than) {
+    wake_one();
   }
-  lock_.lock();
-  if (fifo_.size() * 2 != want) return;  // grown meanwhile
-  const std::size_t mask = fifo_.size() - 1;
-  for (std::size_t i = 0, n = queued_locked(); i < n; ++i) bigger[i] = fifo_[(fifo_head_ + i) & mask];
-  fifo_.swap(bigger);
-  fifo_head_ = 0;
 }
 
 void WorkerPool::wake_one() {
@@ -258,12 +235,15 @@ void WorkerPool::want_task_runner() noexcept {
 }
 
 void WorkerPool::wake_for_task() noexcept {
-  // Dekker with the idle path: there sleepers_ is raised before the look at
-  // the task's wanted(); here what made it wanted happened before this
-  // fence. A worker that looked too early is counted here and woken; the
-  // woken one finds the task wanted and runs it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (task_waiting_.load(std::memory_order_relaxed) || sleepers_.load(std::memory_order_relaxed) == 0) return;
+  // Handshake with sleep(): there sleepers_ is raised, then task_calls_ read
+  // with a read-modify-write, then the task's wanted() asked. What made the
+  // task wanted happened before this increment. If the sleeper's
+  // read-modify-write comes after this one, it synchronizes with it and its
+  // wanted() sees those writes; if before, this one synchronizes with it and
+  // the load below sees the sleeper counted: it is woken, and finds the task
+  // wanted.
+  task_calls_.fetch_add(1, std::memory_order_seq_cst);
+  if (task_waiting_.load(std::memory_order_seq_cst) || sleepers_.load(std::memory_order_seq_cst) == 0) return;
   wake_one();
 }
 
@@ -276,55 +256,104 @@ bool WorkerPool::task_wanted() noexcept {
   return yes;
 }
 
-OpRecord* WorkerPool::try_pop(bool spinning) {
-  ThreadState& ts = t_state;
-  OpRecord* batch[kMaxBatch];
-  std::int64_t took = 0;
+
+OpRecord* WorkerPool::take(int index) noexcept {
+  ReadyQueue& mine = own(index);
+  if (OpRecord* op = mine.pop(); op != nullptr) return op;
+  // Steal: the other deques, from the next one round.
+  for (int k = 1; k < n_queues_; ++k) {
+    ReadyQueue& q = queues_[(index + k) % n_queues_];
+    if (OpRecord* op = q.pop(); op != nullptr) return op;
+  }
+  return nullptr;
+}
+
+OpRecord* WorkerPool::spin(int index) {
+  spinning_.fetch_add(1, std::memory_order_seq_cst);
   OpRecord* op = nullptr;
-  lock_.lock();
-  if (order_ == Order::fifo) {
-    if (const std::size_t queued = queued_locked(); queued != 0) {
-      // Take a share of the queue at once (at most kMaxBatch): one lock and
-      // one cache-line transfer of the queue for several ops. The extra ops
-      // go to this worker's local list, in queue order, linked after the
-      // lock is released.
-      took = std::max<std::int64_t>(
-          1, std::min<std::int64_t>(kMaxBatch, static_cast<std::int64_t>(queued) / n_threads_));
-      // At most kBatchWorkNs of work by this thread's recent ops (none
-      // timed yet: one op, which may be long).
-      if (took > 1) {
-        took = ts.op_ns < 0 ? 1
-                            : std::min<std::int64_t>(took, std::max<std::int64_t>(
-                                                               1, kBatchWorkNs / std::max<std::int64_t>(ts.op_ns, 1)));
-      }
-      const std::size_t mask = fifo_.size() - 1;
-      for (std::int64_t i = 0; i < took; ++i) batch[i] = fifo_[(fifo_head_ + static_cast<std::size_t>(i)) & mask];
-      fifo_head_ = (fifo_head_ + static_cast<std::size_t>(took)) & mask;
-      size_.store(static_cast<std::int64_t>(queued) - took, std::memory_order_relaxed);
-      op = batch[0];
+  for (int i = 0; i < kSpinRounds; ++i) {
+    op = take(index);
+    if (op != nullptr) break;
+    // The idle task is wanted and nobody runs it: go and run it.
+    if (task_wanted()) break;
+    // Pause briefly, then yield: with more runnable threads than cores (a
+    // pusher beside one worker per core) the pusher may be waiting for this
+    // core, and it is the one that makes work.
+    if (i < kPauseSpins) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
     }
-  } else if (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), &WorkerPool::before);
-    op = heap_.back();
-    heap_.pop_back();
-    size_.store(size_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
-  if (spinning && op != nullptr) spinning_.fetch_sub(1, std::memory_order_relaxed);
-  lock_.unlock();
-  if (took > 1) {
-    // The records were written by whoever queued them: ask for all their
-    // lines at once, then link them (one wait, not one per record).
-    for (std::int64_t i = 1; i < took; ++i) prefetch_for_write(batch[i]);
-    for (std::int64_t i = 1; i < took; ++i) ts.inline_ops.push(batch[i]);
-    ts.ahead_until = EngineCore::now_ns() + kBatchWorkNs;
+  // The last spinner to leave with an op looks again: an enqueuer that saw
+  // it spinning woke nobody, and its op may be in another deque. Seen there,
+  // a sleeper is woken to spin in its place (and, finding an op, does the
+  // same: ops released together wake as many workers as they need).
+  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && op != nullptr) wake_if_queued(0);
+  return op;
+}
+
+OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
+  const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  // An attached idle task (detail::IdleTask): this worker waits in it if no
+  // other does and the task is wanted, and sleeps on its futex otherwise (an
+  // io_uring ring with no request in flight would wake it for CQEs that
+  // submitters reap themselves). The read-modify-write of task_calls_ is
+  // this side of the handshake with wake_for_task().
+  task_calls_.fetch_add(0, std::memory_order_seq_cst);
+  IdleTask* task = claim_task();
+  if (task != nullptr && !task->wanted()) {
+    release_task();
+    task = nullptr;
   }
-  if (op != nullptr) op->next = nullptr;
+  if (task != nullptr) {
+    runner_wanted_.store(false, std::memory_order_relaxed);  // this worker is the runner
+    task_waiting_.store(true, std::memory_order_seq_cst);
+  }
+  // The last look, after counting itself: see notify().
+  at(PoolPoint::sleeper_counted, this);
+  OpRecord* op = queued() != 0 ? take(index) : nullptr;
+  if (op == nullptr) at(PoolPoint::sleeper_looked, this);
+  stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
+  bool waited_in_task = false;
+  if (op == nullptr && !stop) {
+    host_.worker_idle();
+    if (task == nullptr) {
+      epoch_.wait(epoch, std::memory_order_seq_cst);
+    } else if (epoch_.load(std::memory_order_seq_cst) == epoch) {
+      task->wait();
+      waited_in_task = true;
+    }
+  }
+  if (task == nullptr) {
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    return op;
+  }
+  task_waiting_.store(false, std::memory_order_seq_cst);
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  // Run the task as a spinning worker: what it enqueues wakes nobody (this
+  // thread takes it next), and more than it takes brings a sleeper in.
+  std::int64_t keep_ns = 0;
+  if (waited_in_task) {
+    spinning_.fetch_add(1, std::memory_order_seq_cst);
+    keep_ns = task->run();
+    spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  release_task();
+  if (keep_ns > 0 && own(index).size.load(std::memory_order_seq_cst) > 0) {
+    keep = Keep{now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
+    // Ops dealt to the other deques meanwhile are not this worker's to keep.
+    if (queued() > own(index).size.load(std::memory_order_relaxed)) wake_if_queued(0);
+  } else {
+    wake_if_queued(1);
+  }
   return op;
 }
 
 void WorkerPool::worker_main(int index) {
   ThreadState& ts = t_state;
-  ts.engine = &core_;
+  ts.engine = engine_;
   ts.pool = this;
   ts.index = index;
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
@@ -332,93 +361,41 @@ void WorkerPool::worker_main(int index) {
   // A new worker has no work to spin for: it goes to sleep at once. Spinning,
   // it yields for up to kSpinRounds time slices of a core that others need
   // (an engine's threads start on the core its creator does not occupy, all
-  // on the same one): a priority worker that never got an op in W6 took its
-  // core from a busy CPU worker that way, once per slice, for ~300 ms.
+  // on the same one).
   bool may_spin = false;
   for (;;) {
     OpRecord* op = nullptr;
     if (!ts.inline_ops.empty()) {
-      op = ts.inline_ops.pop();
+      op = ts.inline_ops.pop();  // this worker's continuation
     } else {
-      op = try_pop();
       ts.continuations = 0;
+      op = take(index);
       if (op == nullptr) {
-        if (keep.since != 0) end_keep(keep, EngineCore::now_ns());
-        core_.flush_finished();  // out of work: publish the completions counted locally
+        if (keep.since != 0) end_keep(keep, now_ns());
+        host_.flush_finished();  // out of work: publish the completions counted locally
         // Spin for the next op, unless the idle task is wanted (requests in
-        // flight in the ring): then wait there at once, where their completion
-        // wakes this thread (spinning, it would steal the core that runs it).
-        // One spinner at a time: it catches the pusher's next op as well as
-        // several would, and every further one polls the queue's hot line,
-        // races the pusher for its lock and takes a core (or a hyperthread's
-        // share of one) from the threads with work, a cost that grows with
-        // the workers (docs/benchmarks.md, "Many cores").
-        if (may_spin && spinning_.load(std::memory_order_relaxed) == 0 && !task_wanted()) op = spin();
+        // flight in the ring): then wait there at once, where their
+        // completion wakes this thread (spinning, it would steal the core
+        // that runs it). One spinner at a time: it catches the next op as
+        // well as several would, and every further one takes a core (or a
+        // hyperthread's share of one) from the threads with work.
+        if (may_spin && spinning_.load(std::memory_order_relaxed) == 0 && !task_wanted()) op = spin(index);
         may_spin = true;
       }
       if (op == nullptr) {
-        const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
-        sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        // An attached idle task (detail::IdleTask): this worker waits in it
-        // if no other does and the task is wanted, and sleeps on its futex
-        // otherwise (an io_uring ring with no request in flight would wake
-        // it for CQEs that submitters reap themselves). Dekker with
-        // wake_for_task(): sleepers_ above, this fence, then wanted().
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        IdleTask* task = claim_task();
-        if (task != nullptr && !task->wanted()) {
-          release_task();
-          task = nullptr;
-        }
-        if (task != nullptr) {
-          runner_wanted_.store(false, std::memory_order_relaxed);  // this worker is the runner
-          task_waiting_.store(true, std::memory_order_seq_cst);
-        }
-        op = try_pop();
-        const bool stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
-        bool waited_in_task = false;
-        if (op == nullptr && !stop) {
-          core_.worker_idle();
-          if (task == nullptr) {
-            epoch_.wait(epoch, std::memory_order_seq_cst);
-          } else if (epoch_.load(std::memory_order_seq_cst) == epoch) {
-            task->wait();
-            waited_in_task = true;
-          }
-        }
-        if (task != nullptr) {
-          task_waiting_.store(false, std::memory_order_seq_cst);
-          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-          // Run the task as a worker that is about to look at the queue:
-          // what it enqueues wakes nobody (this thread takes it next), and
-          // more than it takes brings a sleeper in.
-          std::int64_t keep_ns = 0;
-          if (waited_in_task) {
-            spinning_.fetch_add(1, std::memory_order_seq_cst);
-            keep_ns = task->run();
-            // Inside the queue's lock, as in try_pop(): an op another thread
-            // queued meanwhile (reading this thread as spinning, so waking
-            // nobody) is then counted in size_ below.
-            lock_.lock();
-            spinning_.fetch_sub(1, std::memory_order_relaxed);
-            lock_.unlock();
-          }
-          release_task();
-          if (keep_ns > 0 && size_.load(std::memory_order_relaxed) > 0) {
-            keep = Keep{EngineCore::now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
-          } else {
-            wake_if_queued(1);
-          }
-        } else {
-          sleepers_.fetch_sub(1, std::memory_order_relaxed);
-        }
+        bool stop = false;
+        op = sleep(index, keep, stop);
         if (stop) break;
+        // Woken: look for the op it was woken for, as a spinner (finding
+        // it, it wakes another if more are queued); what the idle task's
+        // run left it as its continuation comes first.
+        if (op == nullptr && ts.inline_ops.empty()) op = spin(index);
         if (op == nullptr) continue;
       }
     }
     if (keep.since != 0) {
       // Keeping (Keep): past its time, what is still queued goes to a sleeper.
-      const std::int64_t now = EngineCore::now_ns();
+      const std::int64_t now = now_ns();
       if (now - keep.since <= keep.for_ns) {
         ++keep.ops;
       } else {
@@ -433,44 +410,9 @@ void WorkerPool::worker_main(int index) {
         runner_wanted_.exchange(false, std::memory_order_relaxed)) {
       wake_for_task();
     }
-    core_.execute(op);
+    host_.execute(op);
   }
   ts = ThreadState{};
-}
-
-OpRecord* WorkerPool::spin() {
-  spinning_.fetch_add(1, std::memory_order_seq_cst);
-  OpRecord* op = nullptr;
-  for (int i = 0; op == nullptr && i < kSpinRounds; ++i) {
-    // Pause briefly, then yield: with more runnable threads than cores (a
-    // pusher beside one worker per core) the pusher may be waiting for this
-    // core, and it is the one that makes work.
-    if (i < kPauseSpins) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
-    }
-    // Taking an op, it stops spinning inside the queue's lock: an enqueue()
-    // that read the count after this thread had left with the first of two
-    // ops queued together woke nobody for the second, which waited in the
-    // queue beside a sleeping worker until this one came back for it (for
-    // as long as the first op ran). Now that enqueue() either comes first,
-    // and its op is seen below, or sees the spinner gone and wakes a sleeper.
-    if (size_.load(std::memory_order_relaxed) > 0) op = try_pop(/*spinning=*/true);
-    // The idle task is wanted and nobody runs it: go and run it.
-    if (op == nullptr && task_wanted()) break;
-  }
-  if (op == nullptr) spinning_.fetch_sub(1, std::memory_order_seq_cst);
-  // Found work and more is queued while nobody else looks: bring a sleeper in.
-  if (op != nullptr) wake_if_queued(0);
-  return op;
-}
-
-void WorkerPool::wake_if_queued(std::int64_t more_than) noexcept {
-  if (size_.load(std::memory_order_relaxed) > more_than && spinning_.load(std::memory_order_seq_cst) == 0 &&
-      sleepers_.load(std::memory_order_seq_cst) > 0) {
-    wake_one();
-  }
 }
 
 void WorkerPool::stop_and_join() {

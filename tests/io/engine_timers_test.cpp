@@ -124,7 +124,9 @@ TEST(EngineTimers, ARingServesThemWithoutATimerThreadInDeadlineOrder) {
   EXPECT_FALSE(timers(engine).thread_started()) << "the ring served every sleep";
   EXPECT_EQ(timers(engine).pending(), 0U);
   for (int i = 0; i < kSleeps; ++i) EXPECT_GE(log.at[i], deadline[i]) << "woke early; seed " << seed;
-  if (armed_in_time) EXPECT_LE(worst_inversion(log.order, deadline), kRingSlack) << "seed " << seed;
+  if (armed_in_time) {
+    EXPECT_LE(worst_inversion(log.order, deadline), kRingSlack) << "seed " << seed;
+  }
 }
 
 // On every engine kind, with the ring serving them: a sleep resumes after
@@ -141,7 +143,9 @@ TEST(EngineTimers, OnEveryEngineASleepInTheRingResumesOnAWorker) {
         const auto start = Clock::now();
         co_await sleep_for(engine, 1ms);
         EXPECT_GE(Clock::now() - start, 1ms);
-        if (engine.kind() != EngineKind::naive) EXPECT_TRUE(Engine::inside_op()) << "resumed by a post, on a worker";
+        if (engine.kind() != EngineKind::naive) {
+          EXPECT_TRUE(Engine::inside_op()) << "resumed by a post, on a worker";
+        }
       }
     }());
     EXPECT_FALSE(timers(engine).thread_started());
@@ -235,7 +239,9 @@ TEST(EngineTimers, SleepsCrossTheReactorsLifetimeKeepingTheirDeadlines) {
   scope.sync_join();
   EXPECT_EQ(errors.load(), 0) << "a sleep was cancelled by the reactor's destruction";
   for (int i = 0; i < kSleeps; ++i) EXPECT_GE(log.at[i], deadline[i]) << "woke early; seed " << seed;
-  if (destroyed_in_time) EXPECT_EQ(log.order, by_deadline(deadline)) << "seed " << seed;
+  if (destroyed_in_time) {
+    EXPECT_EQ(log.order, by_deadline(deadline)) << "seed " << seed;
+  }
 }
 
 // Engine sleeps, io's own sleeps and io requests' deadlines (a recv that
