@@ -293,6 +293,17 @@ OpRecord* WorkerPool::spin(int index) {
   return op;
 }
 
+OpRecord* WorkerPool::woken(int index) {
+  // A worker is woken when no other looks for work: it takes that role.
+  // With a spinner about (woken by someone else meanwhile), one look: the
+  // spinner finds what it leaves. Alone, it wakes the next sleeper if it
+  // leaves work behind, as the last spinner to leave does (spin()).
+  if (spinning_.load(std::memory_order_seq_cst) == 0) return spin(index);
+  OpRecord* op = take(index);
+  if (op != nullptr && spinning_.load(std::memory_order_seq_cst) == 0) wake_if_queued(0);
+  return op;
+}
+
 OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -386,10 +397,9 @@ void WorkerPool::worker_main(int index) {
         bool stop = false;
         op = sleep(index, keep, stop);
         if (stop) break;
-        // Woken: look for the op it was woken for, as a spinner (finding
-        // it, it wakes another if more are queued); what the idle task's
-        // run left it as its continuation comes first.
-        if (op == nullptr && ts.inline_ops.empty()) op = spin(index);
+        // Woken: what the idle task's run left it as its continuation
+        // comes first; else it looks for the op it was woken for.
+        if (op == nullptr && ts.inline_ops.empty()) op = woken(index);
         if (op == nullptr) continue;
       }
     }

@@ -92,6 +92,8 @@ class WorkerPool {
   /// Looks for work, counted in spinning_ (enqueuers wake nobody while one
   /// spins), for a bounded time; null if none came or the idle task is wanted.
   OpRecord* spin(int index);
+  /// A worker just woken: looks for the work it was woken for.
+  OpRecord* woken(int index);
   /// Sleeps (or runs the idle task) until woken; an op found on the last look
   /// before sleeping, or null. `stop`: set when the pool is stopping and no work is left.
   OpRecord* sleep(int index, Keep& keep, bool& stop);
