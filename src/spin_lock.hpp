@@ -8,6 +8,7 @@
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -16,10 +17,12 @@ namespace ordo::detail {
 #if defined(__x86_64__) || defined(__i386__)
 /// Whether the processor has PREFETCHW (CPUID PRFCHW: Intel since Broadwell,
 /// AMD always); read once at start-up. The Linux kernel, too, patches it in
-/// only where the flag is set.
+/// only where the flag is set. Asked of CPUID itself (leaf 0x80000001, ECX
+/// bit 8): clang 14's __builtin_cpu_supports does not know "prfchw".
 inline const bool kHasPrefetchW = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("prfchw") != 0;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0x80000001U, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1U << 8)) != 0;
 }();
 #endif
 
