@@ -320,6 +320,7 @@ int run(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& workload : cfg.workloads) {
     const std::size_t ops = workload == "W6" ? *cfg.w6_ops : *cfg.ops;
+    const std::uint32_t spin = workload == "W6" ? info.spin_iters : 0;  // only W6 has busy work here
     std::optional<std::uint64_t> reference;
     std::optional<std::size_t> serial_index;  // into `figures`
     // In-process runs share one trace per workload (so that a profile of
@@ -327,7 +328,7 @@ int run(int argc, char** argv) {
     std::optional<ob::Trace> shared_trace;
     if (!cfg.fork) {
       progress.show(workload + ": generating the trace");
-      shared_trace.emplace(ob::make_trace(workload, ops, info.spin_iters));
+      shared_trace.emplace(ob::make_trace(workload, ops, spin));
     }
     std::vector<const ob::EngineSpec*> here;
     for (const ob::EngineSpec* engine : engines) {
@@ -339,7 +340,7 @@ int run(int argc, char** argv) {
       for (std::size_t k = 0; k < here.size(); ++k) {
         const ob::EngineSpec* engine = here[k];
         progress.next_figure();
-        ob::Job job{*engine, workload, ops, info.spin_iters, rounds > 1 ? 1 : *cfg.runs, reference};
+        ob::Job job{*engine, workload, ops, spin, rounds > 1 ? 1 : *cfg.runs, reference};
         if (rounds > 1) {
           job.round = round;
           job.rounds = rounds;
