@@ -89,6 +89,8 @@ std::string first_line_of(const char* path) {
   return line;
 }
 
+}  // namespace
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
@@ -99,6 +101,8 @@ std::string cpu_model() {
   }
   return "unknown";
 }
+
+namespace {
 
 std::string mem_total() {
   std::ifstream in("/proc/meminfo");
@@ -131,6 +135,8 @@ std::string shell(const std::string& command) {
   return out;
 }
 
+}  // namespace
+
 /// The git revision of the measured sources, and which engine files differ from it.
 std::string source_revision() {
 #ifdef ORDO_SOURCE_DIR
@@ -149,6 +155,8 @@ std::string source_revision() {
   return "unknown";
 #endif
 }
+
+namespace {
 
 std::string mops(double ops_per_s) { return fmt("%.2f", ops_per_s / 1e6); }
 
