@@ -37,6 +37,14 @@ std::size_t ops_at(const MetgConfig& cfg, double work_s, double us) {
   return std::clamp(want, std::min(floor_ops, cfg.max_ops), cfg.max_ops);
 }
 
+/// Runs at a point: where the op cap leaves less than work_s of busy work,
+/// up to 5x more, so that the median at the smallest grains (runs of a few
+/// ms, the noisiest) rests on a similar amount of timed work.
+int runs_at(const MetgConfig& cfg, double work_s, std::size_t ops, double us) {
+  const double short_by = work_s / (static_cast<double>(ops) * us * 1e-6);
+  return cfg.runs * static_cast<int>(std::clamp(std::round(short_by), 1.0, 5.0));
+}
+
 std::string fmt_us(double us) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", us);
@@ -55,9 +63,10 @@ std::string today() {
 void print_point(const std::string& engine, const std::string& pattern, const MetgPoint& p, unsigned workers,
                  const std::string& error) {
   std::printf(
-      "METG_POINT engine=%s pattern=%s us=%s efficiency=%.3f ops=%zu wall_s=%.4g workers=%u other_load=%.2f ok=%d%s%s\n",
-      engine.c_str(), pattern.c_str(), fmt_us(p.us).c_str(), p.efficiency, p.ops, p.wall_s, workers, p.other_load,
-      p.ok ? 1 : 0, error.empty() ? "" : " error=", error.c_str());
+      "METG_POINT engine=%s pattern=%s us=%s efficiency=%.3f ops=%zu wall_s=%.4g runs=%zu workers=%u other_load=%.2f "
+      "ok=%d%s%s\n",
+      engine.c_str(), pattern.c_str(), fmt_us(p.us).c_str(), p.efficiency, p.ops, p.wall_s, p.runs, workers,
+      p.other_load, p.ok ? 1 : 0, error.empty() ? "" : " error=", error.c_str());
   std::fflush(stdout);
 }
 
@@ -125,7 +134,7 @@ int run_metg(const MetgConfig& cfg, Progress& progress) {
       if (ref.m.ok) reference = ref.m.digest;
       {
         MetgPoint p{us, 0, ref.m.ops, ref.m.seconds.empty() ? 0 : median(ref.m.seconds), ref.m.ok,
-                    ref.other_load.value_or(0)};
+                    ref.other_load.value_or(0), ref.m.seconds.size()};
         if (p.wall_s > 0) p.efficiency = static_cast<double>(p.ops) * us * 1e-6 / p.wall_s;
         progress.clear();
         print_point("serial", pattern, p, 1, ref.m.error);
@@ -137,10 +146,11 @@ int run_metg(const MetgConfig& cfg, Progress& progress) {
         EngineSpec spec = *e;
         if (spec.ordo) spec.ordo->cpu_workers = cfg.workers;
         if (spec.peer) spec.peer->args.insert(spec.peer->args.end(), {"--workers", std::to_string(cfg.workers)});
-        Figure fig = measure_quiet(Job{spec, pattern, ops, spin, cfg.runs, reference}, cfg, progress, where + ": " + e->name);
+        const Job job{spec, pattern, ops, spin, runs_at(cfg, work_s, ops, us), reference};
+        Figure fig = measure_quiet(job, cfg, progress, where + ": " + e->name);
         if (!reference && fig.m.error.empty()) fig.m.error = "no_serial_reference";
         MetgPoint p{us, 0, fig.m.ops, fig.m.seconds.empty() ? 0 : median(fig.m.seconds),
-                    fig.m.ok && reference.has_value(), fig.other_load.value_or(0)};
+                    fig.m.ok && reference.has_value(), fig.other_load.value_or(0), fig.m.seconds.size()};
         if (p.wall_s > 0) p.efficiency = static_cast<double>(p.ops) * us * 1e-6 / (cfg.workers * p.wall_s);
         progress.clear();
         print_point(e->name, pattern, p, fig.m.workers, fig.m.error);

@@ -32,7 +32,7 @@ struct MetgConfig {
   double work_s = 0;                         ///< serial busy seconds per point (0: 0.2 s per worker)
   std::size_t max_ops = 100'000;             ///< ops at the smallest grains, where work_s would need more
   unsigned workers = 0;                      ///< threads running op bodies, on every engine
-  int runs = 3;                              ///< per engine and point; the median wall time counts
+  int runs = 3;                              ///< per engine and point (up to 5x at capped points); the median counts
   double timeout_s = 300;
   double wait_quiet_s = 0;                   ///< as ordo_workloads --wait-quiet, for every measurement
   std::optional<std::string> svg_path;       ///< where to write the efficiency curves
@@ -46,6 +46,7 @@ struct MetgPoint {
   double wall_s = 0;      ///< median over the runs
   bool ok = false;        ///< verified against the serial replay
   double other_load = 0;  ///< cores other processes kept busy meanwhile
+  std::size_t runs = 0;
 };
 
 /// One efficiency curve: an engine on a pattern.
