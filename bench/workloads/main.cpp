@@ -78,7 +78,8 @@ the ideal parallel efficiency, ops x work / (workers x wall time)):
                          METG engine= pattern= us= per curve (us=<LO: reached at the
                          smallest point swept; us=>HI: never reached up to the largest)
                          (default --workload W1,W4,W5, --engines ordo,tbb-flow,omp-gomp,omp-llvm,
-                         --runs 3, --ops 100000: the most ops at one point)
+                         --runs 3, up to 5x that where --ops 100000, the most ops at one
+                         point, leaves less busy work than --metg-work-s)
   --metg-range LO:HI[:N] busy work swept, microseconds, N points per decade (default 0.1:1000:2)
   --metg-work-s S        busy work per point, serial seconds (default 0.2 per worker)
   --metg-svg PATH        write the efficiency curves as an SVG plot

@@ -47,7 +47,7 @@ int runs_at(const MetgConfig& cfg, double work_s, std::size_t ops, double us) {
 
 std::string fmt_us(double us) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", us);
+  std::snprintf(buf, sizeof buf, us >= 100 ? "%.0f" : "%.3g", us);  // 1000, not 1e+03
   return buf;
 }
 
@@ -129,7 +129,8 @@ int run_metg(const MetgConfig& cfg, Progress& progress) {
       // The serial replay: the reference digest, and (one worker) a check of
       // the calibration: its efficiency should be close to 1.
       progress.next_figure();
-      const Figure ref = measure_quiet(Job{*serial, pattern, ops, spin, 1, std::nullopt}, cfg, progress, where + ": serial");
+      const Figure ref =
+          measure_quiet(Job{*serial, pattern, ops, spin, 1, std::nullopt}, cfg, progress, where + ": serial");
       std::optional<std::uint64_t> reference;
       if (ref.m.ok) reference = ref.m.digest;
       {

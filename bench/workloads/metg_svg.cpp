@@ -130,7 +130,7 @@ void write_metg_svg(const std::string& path, const std::vector<MetgCurve>& curve
     std::string label = c.engine + " " + c.pattern + ": METG ";
     char value[48];
     if (v.above_range) {
-      std::snprintf(value, sizeof value, "> %.3g us", v.us);
+      std::snprintf(value, sizeof value, v.us >= 100 ? "> %.0f us" : "> %.3g us", v.us);
     } else if (v.below_range) {
       std::snprintf(value, sizeof value, "< %.3g us", v.us);
     } else {

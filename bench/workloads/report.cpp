@@ -572,15 +572,15 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "`--callgrind-file`. `bench/callgrind_per_op.sh --pusher` counts the pushing thread alone (one "
          "profile per thread; its count minus a serial-only run's, over ops).\n"
          "- METG, Task Bench's measure of a runtime (`ordo_workloads --metg`, not part of this report): the "
-         "smallest busy work per op at which a run still reaches 50% of the ideal parallel efficiency, "
-         "`ops x work / (workers x wall time)`. W1, W4 and W5 are replayed with the W6 spin in every op body "
+         "smallest busy work per op at which a run still reaches 50% of the ideal parallel efficiency, `ops x "
+         "work / (workers x wall time)`. W1, W4 and W5 are replayed with the W6 spin in every op body "
          "(calibrated once), swept from 0.1 to 1000 us at 2 points per decade (`--metg-range LO:HI:N`) with "
-         "about 0.2 s of busy work per worker at each point (at most 100k ops, at least 200 per worker), "
-         "each point verified against a serial replay of its trace. ordo and the peers run the same number "
-         "of threads that run op bodies (`--workers N`, default the usable CPUs: a peer's waiting thread "
-         "is one of them, ordo's pusher is not). The METG is interpolated in log space between the two "
-         "points around 50% (`us=<LO` or `us=>HI` outside the sweep); `--metg-svg PATH` plots the curves "
-         "(docs/metg.svg).\n\n";
+         "about 0.2 s of busy work per worker at each point (at most 100k ops, at least 200 per worker; 3 "
+         "runs, up to 15 where the op cap leaves less work), each point verified against a serial replay of "
+         "its trace. ordo and the peers run the same number of threads that run op bodies (`--workers N`, "
+         "default the usable CPUs: a peer's waiting thread is one of them, ordo's pusher is not). The METG is "
+         "interpolated in log space between the two points around 50% (`us=<LO` or `us=>HI` outside the "
+         "sweep); `--metg-svg PATH` plots the curves (docs/metg.svg).\n\n";
 
   std::ofstream file(path, std::ios::trunc);
   if (!file) throw std::runtime_error("cannot write " + path);
