@@ -25,7 +25,12 @@
 
 namespace ordo_bench::peer {
 
-unsigned init(const Args&) { return static_cast<unsigned>(omp_get_max_threads()); }
+// The team's size: the thread creating the tasks runs them too (at the
+// region's closing barrier), as tbb-flow's waiting thread does.
+unsigned init(const Args& args) {
+  if (args.workers != 0) omp_set_num_threads(static_cast<int>(args.workers));
+  return static_cast<unsigned>(omp_get_max_threads());
+}
 
 Run run(const Trace& t, std::uint64_t* slots, const Args&) {
   using Clock = std::chrono::steady_clock;

@@ -16,7 +16,7 @@ namespace {
 
 [[noreturn]] void usage(const char* prog, const std::string& why) {
   std::fprintf(stderr,
-               "%s: %s\nusage: %s --workload W --ops N [--runs R] [--spin S] [--reference DIGEST] [--label L] "
+               "%s: %s\nusage: %s --workload W --ops N [--runs R] [--spin S] [--workers N] [--reference DIGEST] [--label L] "
                "[--time-build]\n",
                prog, why.c_str(), prog);
   std::exit(2);
@@ -39,6 +39,8 @@ ob::peer::Args parse(int argc, char** argv) {
         a.runs = std::stoi(value());
       } else if (flag == "--spin") {
         a.spin_iters = static_cast<std::uint32_t>(std::stoul(value()));
+      } else if (flag == "--workers") {
+        a.workers = static_cast<unsigned>(std::stoul(value()));
       } else if (flag == "--reference") {
         a.reference = std::stoull(value());
       } else if (flag == "--label") {

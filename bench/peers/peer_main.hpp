@@ -5,7 +5,7 @@
 // A peer is one executable per runtime (OpenMP, oneTBB flow graph, StarPU),
 // run by ordo_workloads in a child process:
 //
-//   ordo_peer_X --workload W4 --ops N --runs R --spin S [--reference D] [--label L] [--time-build]
+//   ordo_peer_X --workload W4 --ops N --runs R --spin S [--workers N] [--reference D] [--label L] [--time-build]
 //               [--progress i/n --t0 SECONDS [--of k/n]]
 //
 // It prints one serialize()d Measurement (measurement.hpp) on stdout. Each
@@ -25,7 +25,8 @@ struct Args {
   std::string workload;
   std::size_t ops = 0;
   int runs = 1;
-  std::uint32_t spin_iters = 0;
+  std::uint32_t spin_iters = 0;  ///< busy_work iterations in every op body (0: none)
+  unsigned workers = 0;          ///< threads that run op bodies (0: the runtime's default, one per usable CPU)
   std::optional<std::uint64_t> reference;
   std::string label;
   bool time_build = false;  ///< tbb-flow+build: graph construction inside the timed region
@@ -40,8 +41,8 @@ struct Run {
   double untimed_seconds = 0;  ///< work done outside it (tbb-flow: building the graph)
 };
 
-/// Starts the runtime once per process (not timed). Returns the number of
-/// worker threads it runs ops on.
+/// Starts the runtime once per process (not timed), with args.workers
+/// threads running op bodies when it is not 0. Returns that thread count.
 unsigned init(const Args& args);
 /// Replays trace `t` on `slots` (one per variable, already initialised).
 Run run(const Trace& t, std::uint64_t* slots, const Args& args);

@@ -42,7 +42,7 @@ starpu_codelet g_codelet;
 
 }  // namespace
 
-unsigned init(const Args&) {
+unsigned init(const Args& args) {
   setenv("STARPU_SILENT", "1", 0);
   setenv("STARPU_LIMIT_MAX_SUBMITTED_TASKS", "4096", 0);
   setenv("STARPU_LIMIT_MIN_SUBMITTED_TASKS", "2048", 0);
@@ -54,7 +54,7 @@ unsigned init(const Args&) {
   const unsigned cores = ::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
                              ? static_cast<unsigned>(CPU_COUNT(&set))
                              : std::max(1U, std::thread::hardware_concurrency());
-  conf.ncpus = static_cast<int>(cores);
+  conf.ncpus = static_cast<int>(args.workers != 0 ? args.workers : cores);
   conf.ncuda = 0;
   conf.nopencl = 0;
   if (std::getenv("STARPU_SCHED") == nullptr) conf.sched_policy_name = "eager";

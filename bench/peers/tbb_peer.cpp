@@ -9,11 +9,13 @@
 // the peer figures usually quoted); tbb-flow+build (--time-build) times
 // construction + execution. Both report the construction time as well.
 #include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "peer_main.hpp"
@@ -23,7 +25,18 @@ namespace ordo_bench::peer {
 namespace flow = oneapi::tbb::flow;
 using Node = flow::continue_node<flow::continue_msg>;
 
-unsigned init(const Args&) { return static_cast<unsigned>(oneapi::tbb::info::default_concurrency()); }
+namespace {
+// Caps the threads that run nodes, the waiting main thread included (it runs
+// nodes in wait_for_all), for the whole process.
+std::optional<oneapi::tbb::global_control> g_workers;
+}  // namespace
+
+unsigned init(const Args& args) {
+  if (args.workers == 0) return static_cast<unsigned>(oneapi::tbb::info::default_concurrency());
+  g_workers.emplace(oneapi::tbb::global_control::max_allowed_parallelism, args.workers);
+  return static_cast<unsigned>(
+      oneapi::tbb::global_control::active_value(oneapi::tbb::global_control::max_allowed_parallelism));
+}
 
 namespace {
 
@@ -87,6 +100,6 @@ Run run(const Trace& t, std::uint64_t* slots, const Args& args) {
   return {args.time_build ? build_s + exec_s : exec_s, build_s};
 }
 
-void shutdown() {}
+void shutdown() { g_workers.reset(); }
 
 }  // namespace ordo_bench::peer

@@ -8,6 +8,9 @@
 //
 //   RESULT engine=<name> workload=<id> ops_per_s=<median> ok=<0|1> [key=value ...]
 //
+// With --metg it measures METG instead (metg.hpp): the smallest busy work per
+// op at which each engine still reaches 50% parallel efficiency.
+//
 // Every (engine, workload) figure is measured in a forked child (trace
 // generation included; a peer's child execs the peer), so that its peak RSS
 // can be read from wait4(). The parent never creates an engine (and so no
@@ -25,6 +28,7 @@
 #include "ordo/options.hpp"
 
 #include "figure.hpp"
+#include "metg.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "workload.hpp"
@@ -67,6 +71,21 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
                          used more than that while it ran (default 0: do neither)
   --help                 this text
 
+METG (Task Bench's measure: the smallest busy work per op at which a run reaches 50% of
+the ideal parallel efficiency, ops x work / (workers x wall time)):
+  --metg                 sweep the busy work per op instead of the figures above; prints
+                         METG_POINT engine= pattern= us= efficiency= ... per point and
+                         METG engine= pattern= us= per curve (us=<LO: reached at the
+                         smallest point swept; us=>HI: never reached up to the largest)
+                         (default --workload W1,W4,W5, --engines ordo,tbb-flow,omp-gomp,omp-llvm,
+                         --runs 3, up to 5x that where --ops 100000, the most ops at one
+                         point, leaves less busy work than --metg-work-s)
+  --metg-range LO:HI[:N] busy work swept, microseconds, N points per decade (default 0.1:1000:2)
+  --metg-work-s S        busy work per point, serial seconds (default 0.2 per worker)
+  --metg-svg PATH        write the efficiency curves as an SVG plot
+  --workers N            threads that run op bodies, on ordo and on every peer
+                         (default: the usable CPUs)
+
 Output: one RESULT line per figure on stdout; progress on stderr when it is a terminal.
 Exit status: 0 every figure verified (ok=1), 3 some did not, 2 bad usage, 1 other errors.
 )";
@@ -87,6 +106,11 @@ struct Config {
   bool no_peers = false;
   bool interleave = true;
   std::optional<std::string> callgrind_file;
+  bool metg = false;
+  std::optional<std::string> metg_range;
+  double metg_work_s = 0;
+  std::optional<std::string> metg_svg;
+  std::optional<unsigned> workers;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -169,12 +193,24 @@ Config parse_args(int argc, char** argv) {
       c.timeout_s = parse_number<double>(flag, value());
     } else if (flag == "--wait-quiet") {
       c.wait_quiet_s = parse_number<double>(flag, value(), /*zero_ok=*/true);
+    } else if (flag == "--metg") {
+      c.metg = true;
+    } else if (flag == "--metg-range") {
+      c.metg_range = value();
+    } else if (flag == "--metg-work-s") {
+      c.metg_work_s = parse_number<double>(flag, value());
+    } else if (flag == "--metg-svg") {
+      c.metg_svg = value();
+    } else if (flag == "--workers") {
+      c.workers = parse_number<unsigned>(flag, value());
     } else if (flag == "--max-in-flight") {
       c.max_in_flight = parse_number<std::size_t>(flag, value(), /*zero_ok=*/true);
     } else {
       usage_error("unknown option '" + flag + "'");
     }
   }
+  if (c.metg) return c;  // its defaults and checks: metg_config()
+  if (c.workers || c.metg_range || c.metg_svg || c.metg_work_s > 0) usage_error("--workers and --metg-* need --metg");
   if (c.workloads.empty()) c.workloads.assign(std::begin(ob::kWorkloadIds), std::end(ob::kWorkloadIds));
   if (c.engines.empty()) {
     for (const auto& e : ob::all_engines()) c.engines.push_back(e.name);
@@ -196,6 +232,51 @@ Config parse_args(int argc, char** argv) {
   if (!c.ops) c.ops = c.quick ? 50'000 : any_peer ? 200'000 : 1'000'000;
   if (!c.w6_ops) c.w6_ops = std::max<std::size_t>(1, *c.ops / 5);
   return c;
+}
+
+/// The METG sweep's settings from the command line, with its own defaults.
+ob::MetgConfig metg_config(const Config& c) {
+  ob::MetgConfig m;
+  m.patterns = c.workloads.empty() ? std::vector<std::string>{"W1", "W4", "W5"} : c.workloads;
+  for (const auto& w : m.patterns) {
+    if (ob::base_workload(w) != w || w == "W6") usage_error("--metg sweeps W1-W5 (W6 is W4 with busy work), not " + w);
+  }
+  const std::vector<std::string> engines =
+      c.engines.empty() ? std::vector<std::string>{"ordo", "tbb-flow", "omp-gomp", "omp-llvm"} : c.engines;
+  for (const auto& name : engines) {
+    const ob::EngineSpec* e = ob::find_engine(name);
+    if (name == "serial") continue;  // always run, as the reference
+    if (e->peer && (c.no_peers || ob::peer_executable(*e->peer).empty())) {
+      if (!c.no_peers) {
+        std::fprintf(stderr, "peer %s skipped: %s not installed (%s not built next to ordo_workloads)\n",
+                     name.c_str(), e->peer->package.c_str(), e->peer->executable.c_str());
+      }
+      continue;
+    }
+    if (e->ordo && e->ordo->cpu_workers != 0) usage_error("--metg sets the worker count; " + name + " fixes its own");
+    m.engines.push_back(e);
+  }
+  if (m.engines.empty()) usage_error("--metg: no engine to measure");
+  if (c.metg_range) {
+    double lo = 0, hi = 0;
+    int per_decade = m.per_decade;
+    const int n = std::sscanf(c.metg_range->c_str(), "%lf:%lf:%d", &lo, &hi, &per_decade);
+    if (n < 2 || !(lo > 0) || hi < lo || per_decade < 1 || per_decade > 100) {
+      usage_error("--metg-range needs LO:HI[:N] with 0 < LO <= HI and 1 <= N <= 100, not '" + *c.metg_range + "'");
+    }
+    m.lo_us = lo;
+    m.hi_us = hi;
+    m.per_decade = per_decade;
+  }
+  m.work_s = c.metg_work_s;
+  if (c.ops) m.max_ops = std::min<std::size_t>(*c.ops, 20'000'000);
+  m.workers = c.workers.value_or(ordo::usable_cpus());
+  if (m.workers == 0 || m.workers > 1024) usage_error("--workers needs 1 to 1024");
+  if (c.runs) m.runs = std::min(*c.runs, 1000);
+  m.timeout_s = c.timeout_s;
+  m.wait_quiet_s = c.wait_quiet_s;
+  m.svg_path = c.metg_svg;
+  return m;
 }
 
 std::string command_line(int argc, char** argv) {
@@ -269,6 +350,7 @@ void merge_run(ob::Figure& into, ob::Figure&& run, std::vector<double>& loads, s
 int run(int argc, char** argv) {
   const Config cfg = parse_args(argc, argv);
   ob::Progress progress;
+  if (cfg.metg) return ob::run_metg(metg_config(cfg), progress);
 
   ob::RunInfo info;
   info.command = command_line(argc, argv);
@@ -320,6 +402,7 @@ int run(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& workload : cfg.workloads) {
     const std::size_t ops = workload == "W6" ? *cfg.w6_ops : *cfg.ops;
+    const std::uint32_t spin = workload == "W6" ? info.spin_iters : 0;  // only W6 has busy work here
     std::optional<std::uint64_t> reference;
     std::optional<std::size_t> serial_index;  // into `figures`
     // In-process runs share one trace per workload (so that a profile of
@@ -327,7 +410,7 @@ int run(int argc, char** argv) {
     std::optional<ob::Trace> shared_trace;
     if (!cfg.fork) {
       progress.show(workload + ": generating the trace");
-      shared_trace.emplace(ob::make_trace(workload, ops, info.spin_iters));
+      shared_trace.emplace(ob::make_trace(workload, ops, spin));
     }
     std::vector<const ob::EngineSpec*> here;
     for (const ob::EngineSpec* engine : engines) {
@@ -339,7 +422,7 @@ int run(int argc, char** argv) {
       for (std::size_t k = 0; k < here.size(); ++k) {
         const ob::EngineSpec* engine = here[k];
         progress.next_figure();
-        ob::Job job{*engine, workload, ops, info.spin_iters, rounds > 1 ? 1 : *cfg.runs, reference};
+        ob::Job job{*engine, workload, ops, spin, rounds > 1 ? 1 : *cfg.runs, reference};
         if (rounds > 1) {
           job.round = round;
           job.rounds = rounds;

@@ -89,6 +89,8 @@ std::string first_line_of(const char* path) {
   return line;
 }
 
+}  // namespace
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
@@ -99,6 +101,8 @@ std::string cpu_model() {
   }
   return "unknown";
 }
+
+namespace {
 
 std::string mem_total() {
   std::ifstream in("/proc/meminfo");
@@ -131,6 +135,8 @@ std::string shell(const std::string& command) {
   return out;
 }
 
+}  // namespace
+
 /// The git revision of the measured sources, and which engine files differ from it.
 std::string source_revision() {
 #ifdef ORDO_SOURCE_DIR
@@ -149,6 +155,8 @@ std::string source_revision() {
   return "unknown";
 #endif
 }
+
+namespace {
 
 std::string mops(double ops_per_s) { return fmt("%.2f", ops_per_s / 1e6); }
 
@@ -561,7 +569,18 @@ void write_docs(const std::string& path, const std::vector<Figure>& figures, con
          "in flight, like ordo's default backpressure.\n"
          "- `bench/callgrind_per_op.sh` (ordo) and `bench/callgrind_peers.sh` (peers) count instructions per "
          "op under callgrind; `scripts/dev.sh bench ... --write-docs` runs both and passes their table to "
-         "`--callgrind-file`.\n\n";
+         "`--callgrind-file`. `bench/callgrind_per_op.sh --pusher` counts the pushing thread alone (one "
+         "profile per thread; its count minus a serial-only run's, over ops).\n"
+         "- METG, Task Bench's measure of a runtime (`ordo_workloads --metg`, not part of this report): the "
+         "smallest busy work per op at which a run still reaches 50% of the ideal parallel efficiency, `ops x "
+         "work / (workers x wall time)`. W1, W4 and W5 are replayed with the W6 spin in every op body "
+         "(calibrated once), swept from 0.1 to 1000 us at 2 points per decade (`--metg-range LO:HI:N`) with "
+         "about 0.2 s of busy work per worker at each point (at most 100k ops, at least 200 per worker; 3 "
+         "runs, up to 15 where the op cap leaves less work), each point verified against a serial replay of "
+         "its trace. ordo and the peers run the same number of threads that run op bodies (`--workers N`, "
+         "default the usable CPUs: a peer's waiting thread is one of them, ordo's pusher is not). The METG is "
+         "interpolated in log space between the two points around 50% (`us=<LO` or `us=>HI` outside the "
+         "sweep); `--metg-svg PATH` plots the curves (docs/metg.svg).\n\n";
 
   std::ofstream file(path, std::ios::trunc);
   if (!file) throw std::runtime_error("cannot write " + path);

@@ -61,6 +61,11 @@ void read_callgrind_file(const std::string& path, RunInfo& info);
 /// The RESULT line of `f`; `serial` is the serial figure of the same workload, if any.
 [[nodiscard]] std::string result_line(const Figure& f, const Figure* serial, const RunInfo& info);
 
+/// The git revision of the measured sources, and which engine files differ from it.
+[[nodiscard]] std::string source_revision();
+/// The CPU's model name (/proc/cpuinfo).
+[[nodiscard]] std::string cpu_model();
+
 /// The first line of /proc/loadavg (three load averages), or "?".
 [[nodiscard]] std::string load_average();
 

@@ -166,10 +166,10 @@ Trace make_trace(std::string_view id, std::size_t ops, std::uint32_t spin_iters)
     t = wavefront(ops);
   } else if (id == "W6") {
     t = random_ops(id, ops);
-    t.spin_iters = spin_iters;
   } else {
     throw std::invalid_argument("unknown workload " + std::string(id));
   }
+  t.spin_iters = spin_iters;
   return t;
 }
 

@@ -62,7 +62,7 @@ struct Trace {
   std::vector<std::uint32_t> begin;    ///< op i's accesses are acc[begin[i], begin[i+1])
   std::vector<std::uint8_t> n_reads;   ///< the first n_reads[i] of them are reads, the rest writes
   std::vector<std::uint32_t> acc;      ///< variable indices
-  std::uint32_t spin_iters = 0;        ///< busy work per op (W6), 0 elsewhere
+  std::uint32_t spin_iters = 0;        ///< busy work per op (W6, METG sweeps), else 0
   bool prebuilt_operator = false;      ///< replay as one pre-built Operator pushed ops() times (W2op)
   bool coroutine = false;              ///< every op is a coroutine awaiting its push (W2co, W4co)
 
@@ -86,7 +86,8 @@ inline constexpr std::string_view kWorkloadIds[] = {"W1", "W2", "W2op", "W2co", 
 [[nodiscard]] std::string_view describe_workload(std::string_view id) noexcept;
 
 /// Builds the trace of workload `id` with about `ops` ops (W3 and W5 round to
-/// whole rounds / a square grid). `spin_iters` is the W6 busy work per op.
+/// whole rounds / a square grid). `spin_iters` is the busy work in every op
+/// body: W6's ~10 us, or the grain of a METG sweep point (0: none).
 [[nodiscard]] Trace make_trace(std::string_view id, std::size_t ops, std::uint32_t spin_iters);
 
 // ---------------------------------------------------------------- op body
