@@ -25,7 +25,7 @@ inline constexpr std::uint32_t kDirect = 1U << 31;
 /// read must take the backend's usual path: it would wait, failed (the usual
 /// path reports the error), came out short before the end, or the file is
 /// O_DIRECT (RWF_NOWAIT does not keep a direct read from waiting for the
-/// device: 68 us per 4 KiB read on this project's machine).
+/// device).
 std::int64_t read_cached_now(const Request& r) noexcept;
 
 /// io_uring. Returns null and sets `why_not` (e.g. "io_uring_queue_init: Operation

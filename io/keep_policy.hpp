@@ -13,8 +13,8 @@ namespace ordo::io::detail {
 /// mostly coroutines resumed by their I/O, which run a microsecond or two and
 /// submit their next request. The kernel runs those requests' task_work in
 /// the submitting thread, which is then the ring's waiter, not another core
-/// to be interrupted (docs/io.md, session 13; docs/io-bench.md, O_DIRECT
-/// ordo-coro-uring). Work whose ops lately averaged over kKeepOpNs spreads
+/// to be interrupted (figures: docs/io.md, "Example and figures", the run
+/// at de926c7). Work whose ops lately averaged over kKeepOpNs spreads
 /// over the workers at once; one delivery in kProbe is kept anyway, so that
 /// the average follows the ops. Misjudged, it idles a second core for up to
 /// kKeepNs; the reaper's watchdog tick covers requests submitted meanwhile.

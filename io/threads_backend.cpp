@@ -2,65 +2,14 @@
 // for machines where io_uring is unavailable (Docker's default seccomp, old
 // kernels). Internal; see io/backends.hpp.
 //
-// Two kinds of thread, every one inside an ordo::CompletionThread scope:
+// Pool threads run the blocking file syscalls from one FIFO queue; one poll
+// thread owns everything that waits (sockets, pipes, FIFOs, character devices,
+// timers), makes the non-blocking syscall when ppoll() finds the fd ready, and
+// delivers what must not be delivered inline. A cached read is first tried on
+// the submitting thread (IoOptions::cached_reads_inline). submit() and cancel()
+// may be called from any thread; shutdown() never from a done() callback.
 //
-// * Pool threads (IoOptions::threads, at least one) take requests from one
-//   FIFO queue and run the blocking syscall: openat, close, fsync/fdatasync,
-//   statx, mkdirat, unlinkat, renameat2, the directory listings (openat,
-//   getdents64, statx where d_type is unknown), and
-//   read/write/readv/writev on anything that is not pollable
-//   (regular files, block devices, directories). Each delivers what it ran.
-//
-// * One poll thread owns everything that waits: sockets, pipes, FIFOs and
-//   character devices (read/write/readv/writev/recv/send/accept/connect) and
-//   timers. It runs ppoll() over the waiting requests plus an eventfd, with the
-//   timeout of the nearest deadline, and performs the non-blocking syscall
-//   itself when an fd is ready (recv/send/recvmsg/sendmsg with MSG_DONTWAIT,
-//   preadv2/pwritev2 with RWF_NOWAIT, accept4, SO_ERROR for connect). A request
-//   tries its syscall once before it waits where that cannot block, so a ready
-//   socket completes without a poll round. Nothing that waits ever holds a
-//   thread. The poll thread is also the delivery thread for everything that
-//   must not be delivered inline: immediate failures found at submit (EBADF
-//   from fstat), nops, cancellations, pool requests expired in the queue, and
-//   the pool queue drained at shutdown.
-//
-// Delivery is never inline on a caller of cancel(), nor on a caller of
-// submit() with two exceptions. A read or readv at an offset of a regular
-// file without O_DIRECT is first tried with preadv2(RWF_NOWAIT) on the
-// submitting thread (IoOptions::cached_reads_inline, read_cached_now): what
-// the page cache serves whole is delivered there, in a CompletionThread scope
-// (the submit contract allows it: callers hold no lock a delivery takes),
-// instead of costing a pool thread's wake-up and a hand-off back (cached 4 KiB
-// reads through a coroutine at QD1 made 56k/s that way). The other: a submit()
-// after shutdown() has returned, which the contract rules out, is finished
-// with -ECANCELED inline, because no backend thread is left to do it.
-//
-// Thread safety: submit() and cancel() may be called from any thread,
-// concurrently, including from a done() callback. shutdown() is idempotent and
-// may race with submit()/cancel() (late submits finish with -ECANCELED), but
-// must not be called from a done() callback (it joins the delivering thread).
-// A pool thread inside a syscall that never returns (open of a FIFO nobody
-// opens) holds shutdown() until it does: running syscalls are waited for.
-//
-// Known limits: fstat() classifies read/write fds at submit, on the caller's
-// thread; requests on one fd and direction complete in submission order only
-// on the poll side; connect() and accept() on a blocking socket make it
-// non-blocking for the call (another thread's concurrent blocking call on the
-// same socket may then see EAGAIN); on a kernel whose pipes refuse RWF_NOWAIT
-// a read after POLLIN is a plain read, and a write is clamped to PIPE_BUF.
-//
-// Request fields this backend uses (the backend_* scratch):
-//   backend_state  atomic: phase (low 2 bits) + cancel references owed (rest);
-//                  see kPending and kOwedUnit below.
-//   backend_flags  route and per-op bits (kRoutePool...). Written by submit()
-//                  before the request is published; afterwards only by the
-//                  poll thread, and only for requests it owns (poll route).
-//   backend_next   link in the pool queue (with backend_prev), the poll
-//   backend_prev   thread's intake list or its delivery list; a request is in
-//                  at most one of them.
-//   backend_data   link in the cancel list (a request may sit there while it
-//                  is also in one of the lists above).
-//   backend_ts     absolute CLOCK_MONOTONIC deadline, when kHasDeadline.
+// The design, thread safety and known limits: docs/io.md, "Inside the backends".
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -96,6 +45,19 @@
 
 namespace ordo::io::detail {
 namespace {
+
+// Request fields this backend uses (the backend_* scratch):
+//   backend_state  atomic: phase (low 2 bits) + cancel references owed (rest);
+//                  see kPending and kOwedUnit below.
+//   backend_flags  route and per-op bits (kRoutePool...). Written by submit()
+//                  before the request is published; afterwards only by the
+//                  poll thread, and only for requests it owns (poll route).
+//   backend_next   link in the pool queue (with backend_prev), the poll
+//   backend_prev   thread's intake list or its delivery list; a request is in
+//                  at most one of them.
+//   backend_data   link in the cancel list (a request may sit there while it
+//                  is also in one of the lists above).
+//   backend_ts     absolute CLOCK_MONOTONIC deadline, when kHasDeadline.
 
 // ---- backend_state: phase | owed << 2
 //

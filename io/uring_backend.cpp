@@ -1,72 +1,16 @@
-// io/uring_backend.cpp - the io_uring backend of ordo::io::Reactor.
+// io/uring_backend.cpp - the io_uring backend of ordo::io::Reactor. Internal;
+// see io/backends.hpp.
 //
-// Submission. Any thread may submit: the request is pushed on a lock-free
-// stack and the first thread to claim `flushing_` becomes the only writer of
-// the submission queue; it drains the stack (in push order), preps the SQEs
-// and enters the kernel once for the whole batch. Threads that submit while a
-// flush runs just push and leave: under load one io_uring_enter carries many
-// requests. Cancellations travel the same way on a second stack.
+// Any thread submits: requests go on a lock-free stack, and one thread at a
+// time (flushing_) preps them and enters the kernel for the whole batch. One
+// reaper thread delivers completions, bookkeeping only; a submitter delivers
+// what the kernel completed during its own io_uring_enter, and sends and
+// cached reads are first tried as direct syscalls on the submitting thread.
+// Idle CPU workers may wait in the ring themselves (detail::IdleTask). A
+// request is delivered once every CQE it is owed has come; shutdown cancels
+// everything, and the reaper leaves when sqes_ and requests_ are both zero.
 //
-// Completion. One reaper thread waits for CQEs and does bookkeeping only (it
-// runs inside an ordo::CompletionThread scope). Requests the kernel completes
-// during io_uring_enter itself (buffered reads from the page cache, NOPs,
-// immediate errors) are delivered by the submitting thread right after its
-// submit, in a CompletionThread scope too (reap_inline): at queue depth 1
-// that halves the cross-thread wake-ups per request (measured: 4 KiB cached
-// reads at QD1 went from ~85k to ~170k IOPS on 2 cores). One thread at a time
-// consumes the CQ (reaping_). With nothing left in flight the reaper parks on a
-// futex (parked_) instead of waiting in io_uring_enter, where every CQE, even
-// one a submitter reaps itself, would wake it: a submit that leaves work in
-// flight wakes it (measured: cached QD1 reads through coroutines went from
-// 0.62 to 1.17x fio's IOPS, see docs/io-bench.md). A request is delivered when
-// every CQE it is owed has come (its own, its linked timeout's, one per
-// cancel attempt), so the memory of a delivered request is never named by a
-// later CQE. user_data is the request's address with a tag in the low bits.
-//
-// Deliveries that submit (the next read of a push_read lane, started by the
-// delivering thread itself, the reaper or a worker that waited in the ring:
-// ops that run no user code, Place::launch in EngineCore::place; an exact transfer's next
-// part) are batched while reap_ready runs (t_batch_) and enter the kernel
-// together.
-//
-// Direct sends. A send is first tried with a plain non-blocking send(2) on
-// the submitting thread (send_now), as Asio does, when no earlier submission
-// is still on its way into the kernel; only a socket without room (EAGAIN)
-// puts it in the ring. A CQE posted during io_uring_enter wakes a reaper
-// waiting in the kernel even when the submitter reaps it itself: at 64 echo
-// connections that was a wake-up (and an IPI) per message.
-//
-// Direct reads (IoOptions::cached_reads_inline). A read or readv at an
-// offset, of a file without O_DIRECT, is first tried on the submitting thread
-// with preadv2(RWF_NOWAIT) (read_now): the page cache serves it, or the call
-// fails at once with EAGAIN and the read goes through the ring. It is what
-// io_uring itself tries first inside io_uring_enter, but there one thread at
-// a time submits (flushing_), and the kernel serializes submissions on the
-// ring's lock anyway: cached reads issued by two workers used one core (the
-// other waited for its coroutine's read, done by the flusher). On the
-// submitting thread they run on every core at once. O_DIRECT is excluded
-// because RWF_NOWAIT does not make a direct read asynchronous: preadv2 then
-// still waits for the device (measured: 68 us per 4 KiB read here).
-//
-// Idle workers in the ring (detail::IdleTask). When the kernel has
-// IORING_OP_FUTEX_WAIT (Linux 6.7) the backend attaches itself to the
-// engine as its idle task: one idle CPU worker at a time waits in
-// io_uring_enter instead of on its futex, with a FUTEX_WAIT request on the
-// word that interrupt() wakes, and delivers what completes itself, then runs
-// what that made ready (for a while, alone: io/keep_policy.hpp). The reaper
-// parks meanwhile (in_ring_). A read a coroutine issued then costs one
-// wake-up, of the worker that issued it (the kernel runs a completion's
-// task_work in the submitting thread, which is the one waiting), instead of
-// three: that worker to run the task_work, the reaper to deliver, a worker
-// to resume the coroutine.
-//
-// Counting. Every SQE that will produce a CQE is counted in sqes_, internal
-// ones (cancels, the shutdown cancel-all) included; requests_ counts requests
-// from submit to delivery. Shutdown sets stopping_ (later requests are
-// turned into NOPs that deliver -ECANCELED, still through the ring, so that
-// delivery stays on the reaper), cancels everything with one
-// IORING_ASYNC_CANCEL_ANY request, and the reaper exits only when both
-// counts are zero; only then is the ring freed.
+// The design, and why each part is there: docs/io.md, "Inside the backends".
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <liburing.h>
@@ -431,11 +375,11 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   /// io_uring's own first attempt is that same non-blocking send, made inside
   /// io_uring_enter; doing it here spares the SQE, the CQE and above all the
   /// wake-up of the reaper that every CQE posted during io_uring_enter causes
-  /// while it waits in the kernel (measured: echo at 64 connections, see
-  /// docs/io-bench.md). Returns false when the socket's buffer is full (EAGAIN):
-  /// the send then goes through the ring and waits there. A send that moved
-  /// some bytes or failed is delivered here, in a CompletionThread scope, as
-  /// the submit contract allows.
+  /// while it waits in the kernel (docs/io.md, "Inside the backends").
+  /// Returns false when the socket's buffer is full (EAGAIN): the send then
+  /// goes through the ring and waits there. A send that moved some bytes or
+  /// failed is delivered here, in a CompletionThread scope, as the submit
+  /// contract allows.
   bool send_now(Request* r) noexcept {
     if (stopping_.load(std::memory_order_seq_cst) || flushing_.load(std::memory_order_seq_cst) ||
         incoming_.load(std::memory_order_seq_cst) != nullptr || has_pending_.load(std::memory_order_seq_cst)) {
@@ -599,11 +543,9 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   /// whole batch has been issued. For reads served from the page cache
   /// (done during the call) big batches only save system calls; for reads
   /// that reach a disk the plug adds the batch's issue time to each one's
-  /// latency (4 KiB O_DIRECT reads at queue depth 32 on this machine's
-  /// virtio disk: ~41k IOPS batched against ~48k submitted two at a time,
-  /// where fio, submitting one at a time, made ~47k). So when few of the
-  /// reads and writes of a call complete during it, the next ones go in
-  /// pairs (device_bound_), until a call shows them completing at once again.
+  /// latency. So when few of the reads and writes of a call complete during
+  /// it, the next ones go in pairs (device_bound_), until a call shows them
+  /// completing at once again (figures: docs/io.md, "Inside the backends").
   void submit_sqes() noexcept {
     const unsigned rw = std::exchange(rw_unsubmitted_, 0U);
     // The CQ tail is written by the kernel only: reading it is safe on any thread.

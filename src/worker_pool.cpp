@@ -86,19 +86,16 @@ WorkerPool::WorkerPool(PoolHost& host, EngineCore* engine, std::string name, uns
 WorkerPool::~WorkerPool() { stop_and_join(); }
 
 void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
-  // A new thread starts on the idlest CPU, which is the same one for every
-  // worker of a pool (the creator's is busy, and each new worker sleeps at
-  // once), so all of them last ran there. Woken by the first pushes, they
-  // went back there together while the creator's CPU, freed by a throttled
-  // pusher soon after, stayed idle for ms: the kernel skips pulling work to
-  // a CPU that was busy until just then, and moves a thread that ran
-  // recently only at a later balancing tick (perf sched, W6 on 2 CPUs: both
-  // workers on one CPU for the first 1-8 ms of about half the runs, the
-  // other idle). Here worker i moves to the i-th CPU after its creator's,
-  // among those it may use, and at once gets its whole mask back: it is
-  // not pinned, it only last ran (and so is woken first) on a CPU of its
-  // own. Best effort: where the calls fail (a seccomp filter, a mask
-  // changed meanwhile) the worker runs where it started.
+  // A new thread starts on the idlest CPU, the same one for every worker of
+  // a pool, so the first pushes wake them all there while the CPU that the
+  // creator frees stays idle: the kernel does not at once pull work to a CPU
+  // that was busy until just then, nor move a thread that ran recently.
+  // Worker i therefore moves to the i-th CPU after its creator's, among those
+  // it may use, and at once gets its whole mask back: it is not pinned, it
+  // only last ran (and so is woken first) on a CPU of its own. Best effort:
+  // where the calls fail (a seccomp filter, a mask changed meanwhile) the
+  // worker runs where it started. Figures: docs/benchmarks.md, "Where ordo
+  // is behind" (the entry for ce0bd7d).
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;

@@ -191,8 +191,9 @@ int main(int argc, char** argv) try {
     }
   }
   if (cfg.runs == 0) throw std::invalid_argument("--runs must be at least 1");
-  // O_DIRECT cells: this disk's speed swings +-25% from one second to the
-  // next, so a 10% difference needs more runs than the other figures.
+  // O_DIRECT cells: a disk's speed swings more from one second to the next
+  // than the page cache's, so a 10% difference needs more runs there
+  // (docs/io.md, "How bench/io treats the disk").
   if (cfg.direct_runs == 0) cfg.direct_runs = cfg.quick ? cfg.runs : 2 * cfg.runs;
   for (const std::string& b : backends) {
     if (b == "uring") {

@@ -219,11 +219,11 @@ Outcome run_fio(const Config& cfg, unsigned depth, bool direct) {
   return {std::strtod(out.c_str() + iops_at + 8, nullptr), true};
 }
 
-/// The disk of this machine is slow after a pause (cold: fio at QD32 gave
-/// 4-15k IOPS for tens of seconds, then 50k), and only O_DIRECT reads reach
-/// it: before the first O_DIRECT cell, read at QD32 in 1 s windows until two
-/// in a row agree within 10% (at most `max_windows`). Returns the seconds spent and
-/// the last window's IOPS.
+/// A virtio disk may serve a fraction of its speed after a pause, and only
+/// O_DIRECT reads reach it: before the first O_DIRECT cell, read at QD32 in
+/// 1 s windows until two in a row agree within 10% (at most `max_windows`;
+/// why: docs/io.md, "How bench/io treats the disk"). Returns the seconds
+/// spent and the last window's IOPS.
 std::pair<unsigned, double> warm_disk(const Config& cfg, ordo::io::Backend backend, unsigned max_windows) {
   Config one = cfg;
   one.seconds = 1.0;
@@ -241,12 +241,9 @@ std::pair<unsigned, double> warm_disk(const Config& cfg, ordo::io::Backend backe
 
 /// Before every O_DIRECT cell: half a second of QD32 O_DIRECT reads, untimed
 /// and the same whatever engine comes next, so that every cell starts from a
-/// disk that has just been busy. Without it the rotation put fio right after
-/// a threads-backend cell (a third of the load) in almost every round; if the
-/// disk is rate-limited with a burst allowance, as its behaviour after pauses
-/// suggests, fio started with the allowance refilled. Not proven: 7-run
-/// medians moved between 0.84 and 1.0 of fio either way (the per-second
-/// speed swings +-25%), which is why O_DIRECT cells get more runs.
+/// disk that has just been busy, whichever cell ran before it: a disk
+/// rate-limited with a burst allowance would otherwise favour the cell after
+/// a light one (docs/io.md, "How bench/io treats the disk").
 void settle_disk(const Config& cfg, ordo::io::Backend backend, unsigned seed) {
   Config half = cfg;
   half.seconds = 0.5;

@@ -8,8 +8,8 @@
 // before each worker's first op, and for the run: how long 0, 1, 2, ...
 // bodies ran at once (with as many bodies as cores the run goes at the
 // bodies' speed; each one fewer leaves a core to the engine or to nothing).
-// A diagnostic, not a benchmark: the timing inside the bodies costs ~50 ns
-// an op. ordo_workloads measures W6's speed.
+// A diagnostic, not a benchmark: the timing inside the bodies adds to every
+// op (docs/benchmarks.md). ordo_workloads measures W6's speed.
 #include <sys/resource.h>
 
 #include <algorithm>

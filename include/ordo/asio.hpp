@@ -1,99 +1,16 @@
 // ordo/asio.hpp - engine operations as Asio asynchronous operations.
 //
-// For servers built on standalone Asio (1.22+, <asio.hpp>): a request
-// handler pushes dependency-ordered work to an ordo::Engine and awaits it
-// with any Asio completion token, without blocking its io_context:
+// For servers on standalone Asio (1.22+, <asio.hpp>): a request handler
+// pushes dependency-ordered work to an ordo::Engine and awaits it with any
+// Asio completion token, without blocking its io_context:
 //
-//   asio::awaitable<void> handle(ordo::Engine& e, ordo::Var v, int& value) {
-//     int now = co_await ordo::asio::push(e, ordo::reads(), ordo::writes(v),
-//                                         [&] { return ++value; }, asio::use_awaitable);
-//     co_await ordo::asio::wait_for(e, v, asio::use_awaitable);
-//   }
-//   ordo::asio::push(e, {v}, {}, [&] { return value; },
-//                    [](std::exception_ptr err, int n) { ... });   // a callback
-//   std::future<int> f = ordo::asio::push(e, {v}, {}, fn, asio::use_future);
+//   int now = co_await ordo::asio::push(e, ordo::reads(), ordo::writes(v),
+//                                       [&] { return ++value; }, asio::use_awaitable);
 //
-// Link target ordo::asio (header-only: ordo::core + Asio + Threads).
-// Inside namespace ordo, `asio::` names ordo::asio: spell Asio's own names
-// `::asio::` there.
-//
-// EAGER REGISTRATION. push / wait_for push their op to the engine when they
-// are called, before they return, whatever the token: `auto b = push(..A..,
-// use_awaitable); auto c = push(..B.., use_awaitable); co_await c; co_await b;`
-// runs A before B when they conflict, although use_awaitable (and
-// asio::experimental::deferred, parallel_group) start the Asio operation
-// only later. Starting it only attaches the handler. An operation never
-// started (an awaitable never awaited, a deferred operation dropped) still
-// runs its op in push order; its outcome is dropped. Starting one twice (a
-// copied deferred operation launched twice) throws ordo::Error.
-//
-// COMPLETION. Signature void(std::exception_ptr, T) where fn returns T
-// (void(std::exception_ptr) for void), as asio::co_spawn does: the original
-// exception reaches the user unchanged. With use_awaitable it is rethrown by
-// co_await; with use_future by future::get(); as_tuple gives it as a value;
-// a callback gets it as its first argument (null on success; T{} is passed
-// on failure, so T must be default-constructible: return std::optional<U>
-// otherwise). std::error_code users compare an ordo::Error's code with
-// ordo::error_code_of (<ordo/error_code.hpp>); a cancelled operation fails
-// with std::system_error(asio::error::operation_aborted), what Asio's own
-// operations throw through use_awaitable. (asio::redirect_error needs an
-// error_code signature and does not apply; use as_tuple.)
-//
-// Misuse (deleted variable, ...) throws ordo::Error from the initiating
-// function itself, before any handler is involved.
-//
-// ERRORS OF THE OP. An exception thrown by fn fails the op exactly as with
-// push_sync: it is stored on the variables the op mutates (ops reading them
-// are skipped, Engine::wait_for_var rethrows it) AND handed to the handler.
-// An op skipped because an input carries an error completes with that
-// original exception. An error handed to a handler is observed:
-// Engine::wait_for_all and the engine's destructor pass over it; that of an
-// operation never started is the engine's to rethrow or report, once
-// (docs/guide.md, "Errors and exceptions"). A server that wants a failed
-// request to leave no trace on its variables catches inside fn.
-//
-// WHERE HANDLERS RUN. Always through asio::post on the handler's associated
-// executor (asio::system_executor if it has none), never inside the
-// initiating function, the cancellation emit, or on the engine worker that
-// ran fn (unless the handler's executor is that worker pool, see
-// engine_executor). While the operation is pending, outstanding work is
-// counted on that executor (io_context::run() does not return). Memory for
-// the pending handler comes from the handler's associated allocator and is
-// released before the handler runs.
-//
-// WHERE FN RUNS. On an engine worker: push() never runs fn on the calling
-// thread, so an io thread is never held by a body it handed off. A fn pushed
-// with OpAttrs::inline_ok (short, never blocks: the caller's promise) may run
-// inside the call where handing it over would only add wake-ups: on a thread
-// running an io_context that ordo::asio delivered a handler to before, when
-// the op is ready at push (its variables free) and this fn type (the
-// lambda's type) measured at most 2 us, or at most 200 us while the engine
-// has nothing in flight and no earlier inline completion waits on that
-// io_context (a second request read in the same turn goes to a worker).
-// Only CPU ops with FnProperty::normal qualify; fn still runs as an op body
-// (Engine::inside_op(), ordering, errors as above). Details:
-// detail/asio_inline.hpp.
-//
-// CANCELLATION. If the handler's associated cancellation slot is connected,
-// a cancellation signal (terminal, partial or total: all three hold, since a
-// cancelled op has no effect at all) that arrives before the op is granted a
-// worker completes the operation with asio::error::operation_aborted; fn is
-// never called and the op itself still completes in push order as a no-op
-// (nothing stored on its variables; a writer still counts in var_version),
-// so later ops see consistent queues. A signal that arrives once fn has
-// started has no effect: the operation completes normally. The grant and the
-// signal race on one atomic flag; exactly one wins.
-//
-// LIFETIME. The engine must outlive every operation started on it. The
-// io_context need not outlive the engine: if it is destroyed (declared after
-// the engine, say) while operations still hold handlers for it, its
-// destructor destroys those handlers without calling them, as Asio does
-// with the handlers of its own pending operations, and reports the ops by
-// name on stderr; the ops still run, and nothing touches the io_context
-// afterwards. The same holds for any executor that names an
-// asio::execution_context (strands, any_io_executor, thread_pool).
-// Declare the io_context before the engine, whose destructor drains the ops,
-// to have every handler run. Details: detail/asio_pending.hpp.
+// Link target ordo::asio (header-only). Inside namespace ordo, `asio::` names
+// ordo::asio: spell Asio's own names `::asio::` there. The contract, one
+// section each in docs/asio.md: eager registration, errors, where handlers
+// run, where fn runs, cancellation, lifetime of the engine and io_context.
 #pragma once
 
 #include <asio/async_result.hpp>
@@ -122,8 +39,12 @@ using push_signature_t = asio_detail::signature_t<asio_detail::fn_result_t<std::
 /// Pushes fn (callable as T(RunContext) or T()) as an op reading `reads` and
 /// mutating `writes`, now (push_sync semantics, routed by ctx and
 /// attrs.prop); the Asio operation completes with fn's result or exception
-/// once the op has finished (its variables released). See the header
-/// comment for completion, executors and cancellation. `reads`/`writes`
+/// once the op has finished (its variables released). The op is pushed when
+/// push() is called, whatever the token; the handler is always posted to its
+/// associated executor; fn runs on an engine worker, or inline on an
+/// io_context thread only with OpAttrs::inline_ok (docs/asio.md: "Eager
+/// registration", "Errors", "Where handlers run", "Where fn runs",
+/// "Cancellation"). `reads`/`writes`
 /// accept `{a, b}`, a Var, a vector or ordo::reads(...)/ordo::writes(...)
 /// (use those inside co_await: g++ 12 rejects braced lists there).
 ///

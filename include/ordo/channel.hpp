@@ -9,23 +9,8 @@
 //   // from a plain op (never blocks)
 //   if (!ch.try_send(std::move(r))) { /* full or closed: r is untouched */ }
 //
-// Values are delivered in FIFO order per channel (one total order of sends,
-// the order in which they entered the channel). A receiver waiting on an
-// empty channel gets the next value directly from the sender, and a sender
-// waiting on a full one moves its value in when a receiver makes room; the
-// coroutine woken that way resumes on the thread of the send, receive or
-// close that woke it (through that thread's trampoline: inline where no
-// coroutine runs there, else once the running one suspends). A plain op
-// calling try_send / try_receive may therefore resume a waiting coroutine
-// inside its own body; push the work that coroutine does as ops of its own
-// if that matters.
-//
-// close(): later sends throw ordo::Error{Errc::closed} (try_send returns
-// false); values already in the channel are still received; waiting senders
-// throw Errc::closed (their values are dropped); receivers get std::nullopt
-// once the channel is empty. send / receive take a std::stop_token: a stop
-// before the operation completes resumes the waiter at once with
-// ordo::CancelledError (a sender's value is not sent).
+// Order, wake-ups, close() and cancellation: class Channel below;
+// docs/coroutines.md, "Channels".
 #pragma once
 
 #include <cstddef>
@@ -45,6 +30,24 @@ namespace ordo {
 
 /// A bounded MPMC channel of T (move-constructible). It must outlive every
 /// waiter.
+///
+/// Values are delivered in FIFO order per channel (one total order of sends,
+/// the order in which they entered the channel). A receiver waiting on an
+/// empty channel gets the next value directly from the sender, and a sender
+/// waiting on a full one moves its value in when a receiver makes room; the
+/// coroutine woken that way resumes on the thread of the send, receive or
+/// close that woke it (through that thread's trampoline: inline where no
+/// coroutine runs there, else once the running one suspends). A plain op
+/// calling try_send / try_receive may therefore resume a waiting coroutine
+/// inside its own body; push the work that coroutine does as ops of its own
+/// if that matters.
+///
+/// close(): later sends throw ordo::Error{Errc::closed} (try_send returns
+/// false); values already in the channel are still received; waiting senders
+/// throw Errc::closed (their values are dropped); receivers get std::nullopt
+/// once the channel is empty. send / receive take a std::stop_token: a stop
+/// before the operation completes resumes the waiter at once with
+/// ordo::CancelledError (a sender's value is not sent).
 ///
 /// @par Thread safety
 /// Every member may be called from any thread or coroutine, concurrently.

@@ -1,77 +1,16 @@
 // ordo/coro.hpp - engine ops from coroutines: co_await a push.
 //
-// Built on push_async + OnComplete, and on detail::EngineExtension for a
-// lease granted inside its push. Both spellings work, with the same
-// arguments: the free functions taking the engine, and the members
-// engine.push(...) / engine.wait_for(v), which forward to them.
-//
-//   // Access form: suspend until the accesses are granted, hold them while
-//   // the coroutine works, release them with the lease.
 //   ordo::Lease lease = co_await ordo::push(engine, ordo::reads(a), ordo::writes(b));
-//   out = f(in);         // here if granted at push, else on the worker that granted it
-//   lease.release();     // or let it go out of scope
-//
-//   // Function form: run fn as an op (like push_sync) and get its result.
+//   out = f(in);  // access form: the op runs until the lease is released or destroyed
 //   int n = co_await ordo::push(engine, ordo::reads(a), ordo::writes(), [&] { return count(in); });
+//   co_await ordo::wait_for(engine, v);  // the writes pushed on v so far, no thread blocked
 //
-//   // Wait, without blocking a thread, for the writes pushed on v so far.
-//   co_await ordo::wait_for(engine, v);
-//
-// EAGER REGISTRATION. push(...) pushes the op when it is called, not when it
-// is awaited: `auto x = push(e, .., writes(v)); auto y = push(e, .., writes(v));`
-// orders x before y whatever order they are awaited in. (For the access form,
-// awaiting y before x's lease is released deadlocks: y waits for x.)
-//
-// Every push(...) returns an awaitable that owns its op: destroyed without
-// being awaited, the op still completes (the access form releases its
-// accesses as soon as they are granted; the function form runs fn and drops
-// the result). The awaitables are [[nodiscard]]; await each at most once.
-//
-// ERRORS. An op whose variables carry an error is skipped by the engine (see
-// engine.hpp); co_await of such a push throws the original exception, the
-// one that put the error on the variables (the engine names it through
-// Engine::skip_reason while it destroys the skipped body). It also stays on
-// the variables (wait_for_var still rethrows it). The same holds for
-// wait_for. An exception thrown by fn (function form), passed to
-// Lease::fail, or unwinding through a held Lease fails the op with that
-// exception: the engine stores it on the variables the op mutates, and it
-// propagates to the coroutine (for a lease: through the unwinding) and, if
-// uncaught there, to the task's awaiter. An error rethrown by co_await, or
-// unwinding through a lease, has reached a waiter: it is observed, and
-// wait_for_all and the engine's destructor pass over it; one no coroutine
-// got (an awaitable never awaited, Lease::fail) is the engine's to rethrow or
-// report, once (docs/guide.md, "Errors and exceptions").
-//
-// CANCELLATION. Both forms of push (and wait_for) take an optional
-// std::stop_token. A stop requested while the op is still pending (not yet
-// granted) resumes the awaiting coroutine at once, on the thread that called
-// request_stop (inside its stop callback; or on the resume_on executor), with
-// ordo::CancelledError (Errc::cancelled, naming the op if it has a name); a
-// co_await after the stop throws it without suspending. The op stays queued:
-// when its grant comes, it completes at once as a successful no-op (no user
-// code runs, fn is not called, nothing is stored on its variables; a writer
-// still counts in var_version), so the engine's queues stay consistent and
-// later ops on its variables run in push order. The grant and the stop race
-// on one atomic flag: exactly one wins. A stop requested after the grant
-// (the lease is held, or fn has started) has no effect on that op. A token
-// that can never be stopped (the default) costs nothing.
-//
-// WHERE COROUTINES RESUME. By default a coroutine continues on the thread
-// that completed what it awaited: the worker that granted the op (access
-// form), the worker that ran fn (function form), the thread that requested
-// the stop (cancellation); or where it was, if the op was granted before the
-// co_await. `co_await push(...).resume_on(ex)` instead always continues on
-// executor `ex` (anything with ex.post(void() callable), see Executor), even
-// if the op was already granted. A lease held on an executor thread is still
-// the op's: the op runs until it is released (Engine::inside_op() is false
-// there, so nothing stops a blocking wait: do not block anyway).
-//
-// RULES. A coroutine resumed by a grant runs inside that op's body
-// (Engine::inside_op() is true): blocking waits on the same engine throw
-// Errc::wait_inside_op there; co_await instead. A coroutine holding a lease
-// must not await an op that conflicts with it (it would wait for itself).
-// Every coroutine using an engine must have finished before the engine is
-// destroyed: spawn them in an AsyncScope declared after the engine and join it.
+// Also spelled engine.push(...) / engine.wait_for(v). Built on push_async +
+// OnComplete, and on detail::EngineExtension for a lease granted inside its
+// push. A push registers its op when called, not when awaited. Join every
+// coroutine before the engine is destroyed (an AsyncScope declared after it);
+// never await, while holding a lease, an op that conflicts with it. The
+// contract (errors, cancellation, where coroutines resume): docs/coroutines.md.
 #pragma once
 
 #include <atomic>
@@ -405,7 +344,7 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
 /// is. Throws ordo::Error at once for misuse (deleted variable, ...).
 /// Holding a lease while awaiting an op that conflicts with it deadlocks.
 ///
-/// `stop`: see CANCELLATION in the header comment. A stop requested before
+/// `stop`: see docs/coroutines.md, "Cancellation". A stop requested before
 /// the grant throws CancelledError from the co_await (at once: the waiting
 /// coroutine is resumed by the stop request); after the grant it has no effect.
 [[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, Context ctx = Context::cpu(),

@@ -1,24 +1,14 @@
 // ordo/dist.hpp - the same push(reads, writes) across processes, on MPI
 // (target ordo::dist, built where MPI is found; docs/dist.md).
 //
-// The model is StarPU-MPI's. Every rank runs the same program: it registers
-// the same distributed variables in the same order (each with an owner rank
-// and a 64-bit id) and makes the same pushes in the same order. An op runs on
-// one rank, the owner of the first variable it mutates unless the push names
-// a rank ("owner computes"); the other ranks only keep their books and push
-// the transfers the op needs: for a read (or a mutation) of a variable whose
-// current value the executing rank lacks, the owner pushes a send op that
-// reads its local variable and the executing rank pushes a receive op that
-// writes its own copy. After a remote write the new value goes back to the
-// owner the same way. Transfers are engine ops, so they queue in each local
-// variable's order like every other op, and no worker ever blocks in MPI:
-// one progress thread per Dist makes every MPI call and completes receives
-// through OnComplete.
-//
-// Errors cross ranks: a transfer of a variable that carries an error sends
-// the error (its what()), and the receiving rank's copy then carries an
-// ordo::dist::RemoteError, so wait_for_var on the owner rethrows the failure
-// of an op that ran elsewhere.
+// The model is StarPU-MPI's: every rank runs the same program, registers the
+// same variables (an owner rank and a 64-bit id each) and makes the same
+// pushes in the same order. An op runs on one rank, by default the owner of
+// the first variable it mutates ("owner computes"); the others keep their
+// books and push the send and receive ops that move the values it needs and
+// bring a remote write home. Transfers are engine ops, so no worker blocks in
+// MPI: one progress thread per Dist makes every MPI call. A failed value
+// crosses ranks as an ordo::dist::RemoteError.
 //
 // This header does not include <mpi.h>: the MPI objects live in io/dist/.
 #pragma once

@@ -3,25 +3,13 @@
 // when its kernels are enqueued). Advanced: ordo::gpu::Runtime uses it; an
 // application never needs it directly.
 //
-// Every variable has a fence slot (one pointer). A layer that installs a
-// FenceGate on an engine stores, in the slots of the variables its ops
-// touched, whatever records the unfinished work on them (the gpu layer: its
-// CUDA events). The engine itself only ever tests a slot for null.
-//
-// When an op becomes ready (all its accesses granted) and a gate is
-// installed, the engine looks at the op's slots unless the op carries the
-// fence-exempt trait (detail::kFenceExempt, set through
-// detail::EngineExtension: the layer's own ops, which order themselves after
-// the fences, e.g. by cudaStreamWaitEvent). If one is non-null it hands the
-// op to FenceGate::hold instead of running it; the gate either declines
-// (returns false: the op runs now) or keeps the HeldOp and calls release()
-// once the work behind the fences has finished. Held ops still count as in
-// flight (wait_for_all waits for them). wait_for_var waits are held the same
-// way, so "finished" is what every CPU consumer observes. wait_for_all also
-// asks the gate to wait for the unfinished work behind all fences and to
-// hand over a failure of it that no consumer observed (wait_idle, take_error).
-//
-// Without a gate the engine pays one relaxed load and a branch per dispatch.
+// Every variable has a fence slot (one pointer) where such a layer records
+// the unfinished work on it (the gpu layer: its CUDA events); the engine only
+// tests a slot for null. A ready op whose slots are set goes to the installed
+// FenceGate instead of running, until that work has finished. Without a gate
+// the engine pays one relaxed load and a branch per dispatch. How held ops,
+// wait_for_var and wait_for_all meet the gate: class FenceGate below, and
+// docs/gpu.md, "The design question".
 #pragma once
 
 #include <atomic>
@@ -75,6 +63,19 @@ class HeldOp {
 };
 
 /// Installed on an engine by Engine::set_fence_gate.
+///
+/// When an op becomes ready (all its accesses granted) and a gate is
+/// installed, the engine looks at the op's slots unless the op carries the
+/// fence-exempt trait (detail::kFenceExempt, set through
+/// detail::EngineExtension: the layer's own ops, which order themselves after
+/// the fences, e.g. by cudaStreamWaitEvent). If one is non-null it hands the
+/// op to FenceGate::hold instead of running it; the gate either declines
+/// (returns false: the op runs now) or keeps the HeldOp and calls release()
+/// once the work behind the fences has finished. Held ops still count as in
+/// flight (wait_for_all waits for them). wait_for_var waits are held the same
+/// way, so "finished" is what every CPU consumer observes. wait_for_all also
+/// asks the gate to wait for the unfinished work behind all fences and to
+/// hand over a failure of it that no consumer observed (wait_idle, take_error).
 ///
 /// @par Thread safety
 /// hold() is called from any thread that dispatches (pushers, workers,

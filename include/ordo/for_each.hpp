@@ -7,13 +7,7 @@
 //   // The tasks are already made: run them four at a time, results in order.
 //   std::vector<int> sizes = co_await ordo::when_all(std::move(tasks), 4);
 //
-// Both run `limit` lanes: each lane takes the next element (task), awaits it,
-// and takes another, until none is left. The first `limit` start in order on
-// the awaiting thread, each up to its first suspension (as when_all starts
-// its children); a later one starts on the thread that finished the task
-// before it in its lane. After a failure no new element is started; the
-// running ones are awaited, then the failure is rethrown (several: the one of
-// the lowest index). Nothing blocks a thread.
+// The lanes, the order of starts and failures: when_all(tasks, limit) below.
 #pragma once
 
 #include <atomic>
@@ -152,8 +146,15 @@ Task<void> for_each_impl(V view, std::size_t limit, F fn) {
 /// Runs the tasks with at most `limit` of them started and unfinished at a
 /// time, and yields their results in order (as when_all(tasks) does, which
 /// it equals for limit >= tasks.size()). limit 0 throws
-/// ordo::Error{Errc::invalid_argument}. See the header comment for the order
-/// of starts and for failures.
+/// ordo::Error{Errc::invalid_argument}.
+///
+/// This and for_each run `limit` lanes: each lane takes the next element
+/// (task), awaits it, and takes another, until none is left. The first `limit` start in order on
+/// the awaiting thread, each up to its first suspension (as when_all starts
+/// its children); a later one starts on the thread that finished the task
+/// before it in its lane. After a failure no new element is started; the
+/// running ones are awaited, then the failure is rethrown (several: the one of
+/// the lowest index). Nothing blocks a thread.
 ///
 /// @par Thread safety
 /// The tasks may finish on any threads; the awaiter sees all their results.
@@ -169,7 +170,8 @@ template <class T>
 /// fn is called (to make each lazy task) under a lock shared by the lanes,
 /// in range order; a coroutine fn should take the element by value unless
 /// the range owns it (a reference parameter of a coroutine outlives the call).
-/// The elements are taken in order; a failure stops further starts.
+/// The elements are taken in order; a failure stops further starts (the
+/// lanes as for when_all(tasks, limit) above).
 ///
 /// @par Thread safety
 /// fn's tasks run concurrently with each other (up to `limit`): share data

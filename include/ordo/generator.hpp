@@ -10,11 +10,7 @@
 //   auto gen = lines(engine, file);
 //   while (std::optional<std::string> line = co_await gen.next()) use(*line);
 //
-// Lazy: the body starts at the first next() and runs up to each co_yield;
-// next() yields std::nullopt once the body has returned, and rethrows an
-// exception the body let escape. The body runs on the thread of the next()
-// that resumed it, then wherever its own awaits resume it; the consumer
-// continues where the body yields (symmetric transfer, bounded stack).
+// When the body runs, and where: class AsyncGenerator below.
 #pragma once
 
 #include <coroutine>
@@ -32,6 +28,12 @@ namespace ordo {
 /// the coroutine frame. Destroy it only while no next() is pending (between
 /// values, or after the end); destroying it there destroys the body,
 /// running the destructors of its locals.
+///
+/// Lazy: the body starts at the first next() and runs up to each co_yield;
+/// next() yields std::nullopt once the body has returned, and rethrows an
+/// exception the body let escape. The body runs on the thread of the next()
+/// that resumed it, then wherever its own awaits resume it; the consumer
+/// continues where the body yields (symmetric transfer, bounded stack).
 ///
 /// @par Thread safety
 /// One consumer: next() is awaited by one coroutine at a time, the next

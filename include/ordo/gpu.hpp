@@ -1,51 +1,17 @@
 // ordo/gpu.hpp - GPU streams and events as engine completions (target ordo::gpu).
 //
-//   ordo::Engine engine;
 //   ordo::gpu::Runtime gpu(engine, ordo::gpu::make_cuda_backend());
-//   // a GPU op: the body enqueues work on the stream it is handed and returns.
-//   gpu.push([=](const ordo::gpu::Stream& s) {
+//   gpu.push([=](const ordo::gpu::Stream& s) {  // a GPU op: enqueue on s, return
 //     scale<<<blocks, threads, 0, s.native<cudaStream_t>()>>>(x, n);
 //   }, ordo::Context::gpu(0), {}, {x_var});
 //   engine.push_sync([&] { use(host_copy_of_x); }, ordo::Context::cpu(), {x_var}, {});  // after it *finished*
-//   engine.wait_for_var(x_var);                                                        // likewise
 //
-// WHEN IS A GPU OP DONE. For the engine, a GPU op completes as soon as its
-// body has enqueued its work: an event is then recorded on its stream and
-// kept, as a fence, on the variables it read and wrote (ordo/fence.hpp).
-//  - A later GPU op (pushed with Runtime::push) on another stream makes its
-//    stream wait for those fences (cudaStreamWaitEvent, no host round trip);
-//    on the same stream nothing is needed (stream order).
-//  - Anything else - a CPU op, wait_for_var, a coroutine's co_await of a
-//    push, delete_variable - is held by the engine until the fences of its
-//    variables (a reader: the last writer's; a writer: also the readers')
-//    have completed, observed by one watcher thread that then dispatches it
-//    to a worker. No worker ever waits for the GPU.
-//
-// ROUTING. Context::gpu(d) with FnProperty::normal runs on device d's compute
-// streams (one per GPU compute worker of the per_device engine), with
-// copy_to_device on its host-to-device stream, copy_from_device on its
-// device-to-host stream. Logical devices beyond the physical ones map round
-// robin (two stream sets on one GPU act as two devices).
-//
-// ERRORS. An exception from a body (a GpuError from a failed CUDA call, say)
-// fails the op as usual. Work that fails later on the device fails its
-// stream (sticky, as in CUDA); the failure travels along stream waits and
-// reaches the first CPU consumer as an op error (the GpuError, carrying the
-// error name, e.g. cudaErrorIllegalAddress / simErrorLaunchFailure). A host
-// task (Stream::host_task) that throws fails its stream the same way, with
-// its own exception. Engine::wait_for_all and Runtime::synchronize wait for
-// all enqueued device work and rethrow a failure no consumer was given
-// (once); ~Runtime reports one left through Options::on_unobserved_error.
-//
-// COROUTINES. A coroutine holding a lease (co_await ordo::push(...)) may
-// enqueue work on a stream and `co_await ordo::gpu::on(stream)`: it suspends
-// without holding a worker and resumes on an engine worker once the work has
-// finished (rethrowing a device failure).
-//
-// @par Thread safety
-// Every member of Runtime may be called from any thread. Destroy the Runtime
-// only after the engine has finished every op that uses it (wait_for_all);
-// destroy it before the engine.
+// A GPU op completes for the engine once its body has enqueued its work; the
+// event recorded after it becomes a fence on its variables (ordo/fence.hpp).
+// A GPU op on another stream waits for the fences on the device; any other
+// consumer is held by the engine until they finish, watched by one thread, so
+// no worker waits for the GPU. Routing, errors, coroutines (co_await on(s)),
+// waiting for everything: docs/gpu.md, a section each.
 #pragma once
 
 #include <coroutine>
@@ -202,6 +168,11 @@ class [[nodiscard]] StreamAwaitable {
 
 /// The GPU layer of one engine: streams per logical device, an event pool,
 /// the fences on variables, the watcher thread and a memory pool.
+///
+/// @par Thread safety
+/// Every member may be called from any thread. Destroy the Runtime only
+/// after the engine has finished every op that uses it (wait_for_all), and
+/// before the engine.
 class Runtime {
  public:
   Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOptions options = {});

@@ -2,19 +2,17 @@
 // (or, where io_uring is unavailable, a small blocking-syscall backend) finish
 // async ops and resume coroutines; no engine worker ever waits for I/O.
 //
-//   ordo::Engine engine;
 //   ordo::io::Reactor io(engine);
 //   // in a coroutine (an ordo::Task), maybe holding a lease on the buffer's variable:
 //   std::size_t n = co_await io.read(fd, buf, offset);
 //   co_await io.send(sock, reply).timeout(std::chrono::seconds(5));
-//   // as a callback (runs on an engine worker) or as an async op's completion:
+//   // as a callback (runs on an engine worker), or as an op the reactor pushes:
 //   io.read(fd, buf, 0).then([](ordo::io::Result r) { use(r.value()); });
-//   engine.push_async([&](ordo::RunContext, ordo::OnComplete done) { io.read(fd, buf, 0).then(done); }, ...);
-//   // or let the reactor push that op: later readers of buf_var see the data.
-//   io.push_read(buf_var, fd, buf, offset);
+//   io.push_read(buf_var, fd, buf, offset);  // later readers of buf_var see the data
 //
 // Every operation returns an IoOp: describe it (timeout, stop token, exact),
-// then start it exactly once by co_await, then(callback) or then(OnComplete).
+// then start it exactly once by co_await, then(callback) or then(OnComplete);
+// docs/io.md, "Three ways to start a request".
 #pragma once
 
 #include <sys/socket.h>

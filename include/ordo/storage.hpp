@@ -13,10 +13,6 @@
 //   io.push_read(buf.var(), fd, buf.bytes(), offset);    // mutates buf.var()
 //   engine.push_sync([p = buf.data()] { use(p); }, ctx, {buf.var()}, {out});
 //   buf.release();  // back to its bucket once the read and the use are done
-//
-// Each handout gets a fresh variable (the previous holder's variable was
-// deleted by its release), so a stale Var kept from an earlier holder is
-// rejected by the engine (Errc::deleted_var) instead of racing the new one.
 #pragma once
 
 #include <coroutine>
@@ -109,6 +105,10 @@ struct PoolWaiter;
 /// Memory handed out by a BufferPool, with the engine variable that orders
 /// its users. Move-only; owns the handout: release() (or the destructor)
 /// schedules the return of the memory behind every op pushed on var().
+///
+/// Each handout gets a fresh variable (the previous holder's variable was
+/// deleted by its release), so a stale Var kept from an earlier holder is
+/// rejected by the engine (Errc::deleted_var) instead of racing the new one.
 ///
 /// @par Thread safety
 /// One owner at a time. data(), bytes() and var() may be copied into ops,

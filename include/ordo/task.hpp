@@ -8,24 +8,8 @@
 //   ordo::Task<int> twice() { co_return 2 * co_await answer(); }
 //   int x = ordo::sync_wait(twice());  // 84
 //
-// Stack depth. Awaiting a task and finishing one are symmetric transfers,
-// but every resumption goes through a per-thread trampoline
-// (detail/coro_runtime.hpp) that unwinds to a loop every few transfers, so a
-// chain of a million synchronously completing tasks runs in bounded stack in
-// every build (g++ only makes symmetric transfer a tail call at -O2, and not
-// under the sanitizers).
-//
-// Where coroutines run. A coroutine runs on the thread that resumes it: the
-// one that starts it (sync_wait's caller, spawn's caller), then whichever
-// thread completes what it awaits (for engine awaitables, see ordo/coro.hpp:
-// the worker that granted the op; the thread that requested a stop for a
-// cancelled push; or the executor named by resume_on). While a thread runs coroutines, further
-// resumptions on that thread are queued and run in FIFO order as soon as the
-// running coroutine suspends or finishes.
-//
-// Rules: a coroutine must not block (no sync_wait, no Engine::wait_for_var
-// inside one: co_await instead). Frames come from a recycling allocator
-// (detail::frame_alloc), not one malloc each.
+// Where coroutines run, stack depth and the rules: class Task below;
+// docs/coroutines.md, "Task, sync_wait, when_all".
 #pragma once
 
 #include <condition_variable>
@@ -206,11 +190,30 @@ class TaskPromise<void> : public PromiseBase {
 /// `co_await task` (lvalue or rvalue) starts it and yields its result, moved
 /// out (move-only results are fine).
 ///
+/// Stack depth. Awaiting a task and finishing one are symmetric transfers,
+/// but every resumption goes through a per-thread trampoline
+/// (detail/coro_runtime.hpp) that unwinds to a loop every few transfers, so a
+/// chain of a million synchronously completing tasks runs in bounded stack in
+/// every build (g++ only makes symmetric transfer a tail call at -O2, and not
+/// under the sanitizers).
+///
+/// Where coroutines run. A coroutine runs on the thread that resumes it: the
+/// one that starts it (sync_wait's caller, spawn's caller), then whichever
+/// thread completes what it awaits (for engine awaitables, see ordo/coro.hpp:
+/// the worker that granted the op; the thread that requested a stop for a
+/// cancelled push; or the executor named by resume_on). While a thread runs
+/// coroutines, further resumptions on that thread are queued and run in FIFO
+/// order as soon as the running coroutine suspends or finishes.
+///
+/// Rules: a coroutine must not block (no sync_wait, no Engine::wait_for_var
+/// inside one: co_await instead). Frames come from a recycling allocator
+/// (detail::frame_alloc), not one malloc each.
+///
 /// @par Thread safety
 /// A Task object is not thread-safe: one owner moves or awaits it. Once
-/// started, the coroutine may run on any thread (see the header comment); its
-/// completion is published to its awaiter with the happens-before edge of the
-/// resumption, so the awaiter sees everything the task wrote.
+/// started, the coroutine may run on any thread (see "Where coroutines run"
+/// above); its completion is published to its awaiter with the happens-before
+/// edge of the resumption, so the awaiter sees everything the task wrote.
 template <class T>
 class [[nodiscard]] Task {
  public:

@@ -5,21 +5,10 @@
 //   int v = co_await ordo::with_timeout(engine, std::chrono::seconds(1),
 //                                       [&](std::stop_token st) { return fetch(st); });  // or Errc::timed_out
 //
-// One mechanism per engine (detail::TimerService), which decides who expires
-// each deadline: when the engine has an io_uring ordo::io::Reactor (its
-// first one), the ring's timeouts, delivered as io's own sleeps are (by an
-// idle worker waiting in the ring, or the reaper): no timer thread; otherwise
-// one timer thread that keeps the deadlines in order, started by the first
-// timer and joined by the engine's destructor. A sleep pending when its
-// reactor is destroyed moves to that thread with its deadline (it neither
-// wakes early nor fails). No thread is blocked per timer. Whoever expires a
-// timer only posts: a sleeping coroutine resumes on a worker of the engine
-// (Context::cpu(), or the context given), never on the timer thread, the
-// reaper or inside await_suspend. A std::stop_token cancels a sleep that has
-// not expired: the coroutine resumes at once, on the thread requesting the
-// stop, with ordo::CancelledError. Sleeping coroutines follow the engine's
-// rule for coroutines: finish them before destroying the engine (one still
-// asleep then is woken early, as the engine drains).
+// One mechanism per engine (detail::TimerService) expires the deadlines: an
+// io_uring reactor's ring where the engine has one, else one timer thread. No
+// thread is blocked per timer, and a sleeping coroutine resumes on a worker.
+// The details: sleep_for below; docs/coroutines.md, "Timers".
 #pragma once
 
 #include <atomic>
@@ -124,7 +113,23 @@ class [[nodiscard]] SleepAwaiter {
 };
 
 /// Suspends the coroutine for `d` (at least), then resumes it on a worker of
-/// `ctx`. A duration <= 0 does not suspend. See the header comment.
+/// `ctx`. A duration <= 0 does not suspend.
+///
+/// One mechanism per engine (detail::TimerService), which decides who expires
+/// each deadline: when the engine has an io_uring ordo::io::Reactor (its
+/// first one), the ring's timeouts, delivered as io's own sleeps are (by an
+/// idle worker waiting in the ring, or the reaper): no timer thread; otherwise
+/// one timer thread that keeps the deadlines in order, started by the first
+/// timer and joined by the engine's destructor. A sleep pending when its
+/// reactor is destroyed moves to that thread with its deadline (it neither
+/// wakes early nor fails). No thread is blocked per timer. Whoever expires a
+/// timer only posts: a sleeping coroutine resumes on a worker of the engine
+/// (Context::cpu(), or the context given), never on the timer thread, the
+/// reaper or inside await_suspend. A std::stop_token cancels a sleep that has
+/// not expired: the coroutine resumes at once, on the thread requesting the
+/// stop, with ordo::CancelledError. Sleeping coroutines follow the engine's
+/// rule for coroutines: finish them before destroying the engine (one still
+/// asleep then is woken early, as the engine drains).
 template <class Rep, class Period>
 [[nodiscard]] SleepAwaiter sleep_for(Engine& engine, std::chrono::duration<Rep, Period> d, std::stop_token stop = {},
                                      Context ctx = Context::cpu()) {

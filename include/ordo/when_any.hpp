@@ -6,15 +6,7 @@
 //                                          fetch(mirror, stop.get_token()));
 //   // r.index(): which one finished first; std::get<0>(r) / std::get<1>(r): its value
 //
-// The tasks are made by the caller with tokens of `stop` (when_any cannot hand
-// a token to a task that already exists). When the first one finishes, with a
-// value or an exception, when_any calls stop.request_stop(): the others see it
-// through their tokens (a pending co_await ordo::push, wait_for, Semaphore,
-// Channel, sleep_for or ordo::io request given that token is cancelled at
-// once). It then waits for every task to finish, and yields the winner's
-// value or rethrows the winner's exception; the losers' outcomes (typically
-// ordo::CancelledError) are dropped. A task that ignores its token simply
-// runs to its end: when_any never abandons a running task.
+// How `stop` reaches the tasks, and what becomes of the losers: when_any below.
 #pragma once
 
 #include <array>
@@ -109,8 +101,18 @@ Task<std::pair<std::size_t, when_all_result_t<T>>> when_any_vector(std::stop_sou
 /// Runs the tasks concurrently (started as when_all starts them); the first
 /// to finish wins. Yields a variant whose index() is the winner's position
 /// and whose value is its result (std::monostate for a Task<void>), or
-/// rethrows the winner's exception. See the header comment for `stop`,
-/// which must outlive the await. At least one task.
+/// rethrows the winner's exception. `stop` must outlive the await. At least
+/// one task.
+///
+/// The tasks are made by the caller with tokens of `stop` (when_any cannot hand
+/// a token to a task that already exists). When the first one finishes, with a
+/// value or an exception, when_any calls stop.request_stop(): the others see it
+/// through their tokens (a pending co_await ordo::push, wait_for, Semaphore,
+/// Channel, sleep_for or ordo::io request given that token is cancelled at
+/// once). It then waits for every task to finish, and yields the winner's
+/// value or rethrows the winner's exception; the losers' outcomes (typically
+/// ordo::CancelledError) are dropped. A task that ignores its token simply
+/// runs to its end: when_any never abandons a running task.
 ///
 /// @par Thread safety
 /// The tasks may finish on any threads; the awaiter sees all their writes.

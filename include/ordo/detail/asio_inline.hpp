@@ -1,31 +1,17 @@
 // ordo/detail/asio_inline.hpp - when ordo::asio::push runs fn on the calling
 // io_context thread instead of handing it to a worker (the work-first path).
-// Internal (see ordo/asio.hpp, "WHERE FN RUNS").
+// Internal; every condition, and what the user sees: docs/asio.md, "Where fn runs".
 //
 // Handing an op to a worker costs two cross-thread wake-ups: the worker's
 // (a futex) and, when fn is done, the io_context's (its reactor interrupt).
 // When the io thread has nothing else to do meanwhile, or fn costs less than
-// handing it over, those wake-ups are all that offloading buys. So push()
-// runs fn right where it is pushed, when all of these hold:
-//  - fn was pushed with OpAttrs::inline_ok (the caller says it is short and
-//    never blocks; without it fn always goes to a worker);
-//  - fn is a CPU op (FnProperty::normal, CPU context, not the naive engine)
-//    whose type (the lambda's type: one per call site) has run before: its
-//    run time is measured wherever it runs (a moving average);
-//  - the calling thread is running an io_context that ordo::asio has
-//    attached a handler of before (IoTurn, per io_context);
-//  - the op is ready at push (its variables are free); otherwise it runs on
-//    the worker that frees them;
-//  - and either fn is trivial (at most kTrivialCostNs: less than the push
-//    and completion a worker would cost the io thread), or all of:
-//    - fn takes at most kInlineCostLimitNs: a longer fn is always offloaded
-//      (it would hold up the io_context; the wake-ups cost under ~10% of it);
-//    - the engine has nothing in flight: no worker could start it sooner;
-//    - no completion of an earlier inline run is still queued on that
-//      io_context (IoTurn::pending): the io thread is in a turn with other
-//      ready work (several requests read at once), which workers should get.
-// Those last two keep a loaded server offloading: a second request read in
-// the same turn, or any request while workers are busy, goes to a worker.
+// handing it over, those wake-ups are all that offloading buys. So an
+// inline_ok CPU op that is ready at push, on a thread running an io_context
+// ordo::asio has delivered to (IoTurn), runs right there when its type's
+// measured cost (a moving average) is at most kTrivialCostNs, or at most
+// kInlineCostLimitNs while the engine has nothing in flight and no earlier
+// inline completion waits on that io_context (IoTurn::pending): a loaded
+// server keeps offloading.
 #pragma once
 
 #include <asio/execution.hpp>
@@ -46,8 +32,8 @@
 namespace ordo::asio_detail {
 
 /// fn types whose runs took longer than this (moving average) are always
-/// offloaded: they would hold up the io_context, and a hop costs under ~10%
-/// of them.
+/// offloaded: they would hold up the io_context, and next to their run time
+/// the hop to a worker is cheap (docs/asio.md, "Where fn runs").
 inline constexpr std::int64_t kInlineCostLimitNs = 200'000;
 /// fn types whose runs take at most this run inline whenever they are ready
 /// at push on an io thread: cheaper than the push, queueing and completion

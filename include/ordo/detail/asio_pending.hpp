@@ -1,21 +1,17 @@
 // ordo/detail/asio_pending.hpp - the handlers ordo::asio holds for each
 // execution context (an io_context, ...), and what becomes of them when the
-// context is destroyed first. Internal (see ordo/asio.hpp, "LIFETIME").
+// context is destroyed first. Internal (docs/asio.md, "Lifetime").
 //
 // A pending handler holds its executor, with outstanding work on it, until
-// its op completes and the handler is posted. If the io_context is destroyed
-// before that (declared after the engine, say), posting to it, and even
-// releasing that work, touches freed memory. So every execution context with
-// pending ordo::asio handlers gets a PendingService. The context's destructor
-// calls the service's shutdown() while the context is still whole (services
-// shut down newest first, so before the io_context's scheduler); it destroys
-// the pending handlers there, without calling them, as Asio does with the
-// handlers of its own pending operations, says so on stderr, and closes the
-// registry: the ops still run, and their completions find no handler and
-// touch nothing. Posting a handler and closing the registry exclude each
-// other on the registry's mutex, so a completion racing the destructor
-// either posts first (Asio then destroys the posted handler with its queue)
-// or finds its handler gone.
+// its op completes and the handler is posted; if the io_context is destroyed
+// first, posting to it, even releasing that work, touches freed memory. So
+// each execution context with pending handlers gets a PendingService, whose
+// shutdown() the context's destructor calls while the context is still whole
+// (services shut down newest first, so before the io_context's scheduler): it
+// destroys the pending handlers without calling them, as Asio does with its
+// own, says so on stderr, and closes the registry. Posting and closing
+// exclude each other on the registry's mutex, so a completion racing the
+// destructor either posts first or finds its handler gone.
 #pragma once
 
 #include <asio/execution.hpp>

@@ -10,10 +10,9 @@
 //
 // They are coroutines over Reactor::open / read / recv / read_dir / close: each
 // request is awaited (no worker waits), and the coroutine continues on an
-// engine worker as after any co_await of an IoOp. read_file makes two calls
-// itself, on the calling thread, where neither can wait: the statx that
-// sizes its buffer, and the close of a file of a local file system (see
-// read_file). Errors are IoError, as the requests throw them.
+// engine worker as after any co_await of an IoOp. Errors are IoError, as the
+// requests throw them. The two calls read_file makes itself, on the calling
+// thread, where neither can wait: see read_file.
 #pragma once
 
 #include <fcntl.h>
@@ -73,7 +72,8 @@ inline bool close_never_waits(int fd) noexcept {
 /// Where that statx fails, Reactor::fstat is asked. Reading stops at the
 /// first short read once the size has been read: a regular file is at its
 /// end then, and files whose size says nothing (procfs: 0) are read until a
-/// read returns 0.
+/// read returns 0. The close is made here too where it cannot wait (a file
+/// of a local file system: detail::close_never_waits), else through the reactor.
 inline Task<std::string> read_file(Reactor& io, std::string path) {
   // Moved: the request keeps the path (an IoError names it).
   const int fd = co_await io.open(std::move(path), O_RDONLY | O_CLOEXEC);

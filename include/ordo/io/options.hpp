@@ -21,7 +21,8 @@ struct IoOptions {
   /// io_uring submission queue entries (the completion queue gets 4x).
   unsigned entries = 256;
   /// io_uring SQPOLL (a kernel thread polls the submission queue). Off by
-  /// default: on a 2-core machine it cut IOPS 3-12x.
+  /// default: the polling thread takes a core from the workers, which costs
+  /// more than it saves where cores are few (docs/io.md, "Backends").
   bool sqpoll = false;
   /// threads backend: threads doing blocking file syscalls (sockets and pipes
   /// wait for readiness on one poll thread instead and never hold one).
@@ -36,8 +37,7 @@ struct IoOptions {
   /// interrupts a running thread to finish the requests it submitted (a
   /// socket's data arrived, a disk read ended); the thread finishes them at
   /// its next system call or when it sleeps. That saves an inter-processor
-  /// interrupt per completion: loopback echo at 64 connections went from
-  /// about 0.45 to 0.8 of Asio's messages/s (docs/io-bench.md). The price: a
+  /// interrupt per completion (figures: docs/io.md, "Backends"). The price: a
   /// thread that submits and then computes without a system call holds back
   /// its own requests' completions until it makes one, even when other
   /// workers are idle; an engine worker that went on to a long op delays them
@@ -51,13 +51,11 @@ struct IoOptions {
   /// read the cache cannot serve whole goes through the ring (the thread
   /// backend: its pool). The ring's submissions are serialized (one thread
   /// enters the kernel with the batch), so cached reads otherwise use one
-  /// core however many workers issue them: 4 KiB cached reads through 32
-  /// coroutines on 2 workers went from ~0.5M to ~1.1M/s on this project's
-  /// 2-core machine (docs/io-bench.md); the thread backend saves a pool
-  /// thread's wake-up and a hand-off per read. The cost for a read the cache
-  /// cannot serve: an fcntl(F_GETFL) and a failed preadv2 (about 1 us);
-  /// O_DIRECT reads pay the fcntl only. Off: every read takes the backend's
-  /// usual path.
+  /// core however many workers issue them (figures: docs/io.md, "Backends");
+  /// the thread backend saves a pool thread's wake-up and a hand-off per
+  /// read. The cost for a read the cache cannot serve: an fcntl(F_GETFL) and
+  /// a failed preadv2; O_DIRECT reads pay the fcntl only. Off: every read
+  /// takes the backend's usual path.
   bool cached_reads_inline = true;
   /// Where callbacks run and awaiting coroutines continue (an engine context).
   Context resume_ctx = Context::cpu();
