@@ -96,6 +96,8 @@
 // to have every handler run. Details: detail/asio_pending.hpp.
 #pragma once
 
+#include "ordo/detail/asio_config.hpp"  // before any Asio header
+
 #include <asio/async_result.hpp>
 
 #include <exception>
