@@ -24,6 +24,7 @@
 #                        requiring it must fail, saying why
 #
 # A skip prints "ORDO_CONSUMER_SKIPPED: <why>" (the test's skip expression).
+cmake_minimum_required(VERSION 3.25)  # the policies of the project (IN_LIST in script mode)
 if(NOT MODE)
   set(MODE find_package)
 endif()
@@ -99,6 +100,20 @@ if(MODE STREQUAL "find_package" OR MODE STREQUAL "pkgconfig")
       -DORDO_CONSUMER_COMPONENTS=${components_arg} -DORDO_CONSUMER_HEADERS=${HEADERS})
   run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build --parallel 2)
   run_programs(${WORK_DIR}/build)
+
+  execute_process(COMMAND ${CONSUMER_CXX} --version OUTPUT_VARIABLE version ERROR_QUIET)
+  if("asio" IN_LIST COMPONENTS AND version MATCHES "clang")
+    # consumer_asio got ASIO_HAS_CO_AWAIT from ordo::asio. Without the
+    # target, <asio.hpp> included before <ordo/asio.hpp> must fail saying
+    # what to define, not leave asio::awaitable out silently.
+    file(WRITE ${WORK_DIR}/asio_first.cpp "#include <asio.hpp>\n#include <ordo/asio.hpp>\nint main() {}\n")
+    execute_process(COMMAND ${CONSUMER_CXX} -std=c++20 -fsyntax-only -I${prefix}/include ${WORK_DIR}/asio_first.cpp
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(rc EQUAL 0 OR NOT out MATCHES "Define ASIO_HAS_CO_AWAIT=1")
+      message(FATAL_ERROR "<asio.hpp> before <ordo/asio.hpp> with clang should fail naming ASIO_HAS_CO_AWAIT (${rc}):\n${out}")
+    endif()
+    message(STATUS "<asio.hpp> before <ordo/asio.hpp> without ASIO_HAS_CO_AWAIT fails as it should")
+  endif()
 
   if(HIDE_CUDA)
     # find_package(ordo REQUIRED) without COMPONENTS: the same components load
