@@ -35,8 +35,12 @@ ordo::Task<void> attributes(ordo::Engine& engine, ordo::Var a, ordo::Var b) {
   // The member spelling, with the same arguments.
   ordo::Lease fill = co_await engine.push(ordo::reads(), ordo::writes(b), ordo::Context::cpu(), {.name = "fill"});
   fill.release();
+  // Attributes without a context: the CPU context.
+  int m = co_await engine.push(ordo::reads(a), ordo::writes(), [] { return 8; }, {.name = "count-cpu"});
+  ordo::Lease named = co_await ordo::push(engine, ordo::reads(), ordo::writes(b), {.name = "named"});
+  named.release();
   // [end]
-  assert(n == 7);
+  assert(n == 7 && m == 8);
 }
 
 // The toolkit (docs/coroutines.md, "The toolkit").

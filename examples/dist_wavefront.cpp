@@ -10,6 +10,7 @@
 #include <ordo/ordo.hpp>
 
 #include <cassert>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -51,7 +52,10 @@ int main(int argc, char** argv) {
   // [snippet:setup]
   ordo::dist::Mpi mpi(argc, argv);  // MPI_Init_thread(MPI_THREAD_SERIALIZED) ... MPI_Finalize
   ordo::Engine engine;
-  ordo::dist::Dist dist(engine);  // this rank's share; every rank runs this same program
+  // This rank's share; every rank runs this same program. The options shown
+  // are the defaults: keep received values (the cache), and wait up to 60 s
+  // for this rank's work at destruction before ending the job.
+  ordo::dist::Dist dist(engine, {.cache = true, .shutdown_timeout = std::chrono::seconds(60)});
 
   // The same registrations in the same order on every rank: tile (i, j)
   // lives on rank i % size; elsewhere its buffer is a cached copy.
@@ -63,6 +67,14 @@ int main(int argc, char** argv) {
       var.push_back(dist.register_bytes(t.data(), t.size() * sizeof(double), int(i) % dist.size()));
     }
   }
+  // [end]
+
+  // [snippet:handles]
+  ordo::dist::DistVar none;  // default-constructed: no registration behind it
+  assert(none.empty() && none.local().empty() && none.id() == 0 && none.owner() == 0);
+  // Pushing it throws ordo::Error (Errc::invalid_argument) on the rank that does.
+  const ordo::dist::DistVar& first = var.front();  // registered: id 0 (its ordinal), owner rank 0
+  assert(!first.empty() && first.id() == 0 && first.owner() == 0);
   // [end]
 
   // [snippet:push]
@@ -103,6 +115,16 @@ int main(int argc, char** argv) {
   }
   dist.allreduce_sum(counts);
   const ordo::dist::Stats s = dist.stats();
+  // [end]
+  // [snippet:stats]
+  // Every field of this rank's counters (dist.stats() may be called from any thread).
+  std::printf("rank %d: ops_run %llu, messages_sent %llu (%llu bytes), messages_received %llu (%llu bytes), "
+              "early_messages %llu, cache_hits %llu, transfers %llu, progress_cpu_seconds %.3f\n",
+              dist.rank(), static_cast<unsigned long long>(s.ops_run),
+              static_cast<unsigned long long>(s.messages_sent), static_cast<unsigned long long>(s.bytes_sent),
+              static_cast<unsigned long long>(s.messages_received), static_cast<unsigned long long>(s.bytes_received),
+              static_cast<unsigned long long>(s.early_messages), static_cast<unsigned long long>(s.cache_hits),
+              static_cast<unsigned long long>(s.transfers), s.progress_cpu_seconds);
   // [end]
   if (dist.rank() == 0) {
     std::printf("dist_wavefront: %zu x %zu tiles of %zu x %zu on %d ranks: %llu checked, %llu wrong; "

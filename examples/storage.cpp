@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <vector>
 
 namespace {
@@ -37,6 +38,19 @@ void pool_basics() {
   // [end]
   assert(total == 99 * 100 / 2);
   assert(st.acquires == 100 && st.in_use_bytes == 0);
+
+  // [snippet:buffer]
+  ordo::Buffer buf = pool.acquire(1000).wait();
+  std::size_t asked = buf.size();             // 1000: the size asked for
+  std::size_t usable = buf.capacity();        // the block's size class (>= size()), all of it usable
+  std::span<std::byte> bytes = buf.bytes();   // {buf.data(), buf.size()}
+  std::uint32_t* words = buf.as<std::uint32_t>();  // data() as another type (page-aligned)
+  ordo::Var var = buf.var();                  // what ops on this memory declare
+  // [end]
+  assert(asked == 1000 && usable >= asked && bytes.data() == buf.data() && bytes.size() == asked);
+  assert(static_cast<void*>(words) == static_cast<void*>(buf.data()) && var == buf.var());
+  buf.release();
+  assert(buf.size() == 0 && buf.data() == nullptr);  // an empty handle after release()
 }
 
 // [snippet:coro_acquire]

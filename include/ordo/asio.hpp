@@ -13,6 +13,8 @@
 // run, where fn runs, cancellation, lifetime of the engine and io_context.
 #pragma once
 
+#include "ordo/detail/asio_config.hpp"  // before any Asio header
+
 #include <asio/async_result.hpp>
 
 #include <exception>

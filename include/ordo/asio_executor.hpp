@@ -14,6 +14,8 @@
 // includes Asio headers.
 #pragma once
 
+#include "ordo/detail/asio_config.hpp"  // before any Asio header
+
 #include <asio/execution.hpp>
 #include <asio/execution_context.hpp>
 

@@ -374,6 +374,11 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
                                          const std::stop_token& stop) {
   return push(engine, r, w, Context::cpu(), OpAttrs{}, stop);
 }
+/// Access form with attributes and the CPU context: `push(engine, r, w, {.name = "fill"})`.
+[[nodiscard]] inline LeaseAwaitable push(Engine& engine, const Reads& r, const Writes& w, OpAttrs attrs,
+                                         const std::stop_token& stop = {}) {
+  return push(engine, r, w, Context::cpu(), attrs, stop);
+}
 
 namespace detail {
 /// What fn returns, called as FnBody::call calls it. Named through
@@ -414,6 +419,13 @@ template <detail::coro_fn F>
                                                                      F&& fn, const std::stop_token& stop) {
   return push(engine, r, w, std::forward<F>(fn), Context::cpu(), OpAttrs{}, stop);
 }
+/// Function form with attributes and the CPU context: `push(engine, r, w, fn, {.name = "sum"})`.
+template <detail::coro_fn F>
+[[nodiscard]] OpAwaitable<detail::fn_result_t<std::decay_t<F>>> push(Engine& engine, const Reads& r, const Writes& w,
+                                                                     F&& fn, OpAttrs attrs,
+                                                                     const std::stop_token& stop = {}) {
+  return push(engine, r, w, std::forward<F>(fn), Context::cpu(), attrs, stop);
+}
 
 /// The non-blocking counterpart of Engine::wait_for_var: resumes once every
 /// write pushed on `var` before this call has finished (pushed now: an async
@@ -436,6 +448,9 @@ inline LeaseAwaitable Engine::push(const Reads& r, const Writes& w, Context ctx,
 inline LeaseAwaitable Engine::push(const Reads& r, const Writes& w, const std::stop_token& stop) {
   return ordo::push(*this, r, w, stop);
 }
+inline LeaseAwaitable Engine::push(const Reads& r, const Writes& w, OpAttrs attrs, const std::stop_token& stop) {
+  return ordo::push(*this, r, w, attrs, stop);
+}
 template <detail::coro_fn F>
 auto Engine::push(const Reads& r, const Writes& w, F&& fn, Context ctx, OpAttrs attrs, const std::stop_token& stop) {
   return ordo::push(*this, r, w, std::forward<F>(fn), ctx, attrs, stop);
@@ -443,6 +458,10 @@ auto Engine::push(const Reads& r, const Writes& w, F&& fn, Context ctx, OpAttrs 
 template <detail::coro_fn F>
 auto Engine::push(const Reads& r, const Writes& w, F&& fn, const std::stop_token& stop) {
   return ordo::push(*this, r, w, std::forward<F>(fn), stop);
+}
+template <detail::coro_fn F>
+auto Engine::push(const Reads& r, const Writes& w, F&& fn, OpAttrs attrs, const std::stop_token& stop) {
+  return ordo::push(*this, r, w, std::forward<F>(fn), attrs, stop);
 }
 inline OpAwaitable<void> Engine::wait_for(Var var, const std::stop_token& stop) {
   return ordo::wait_for(*this, var, stop);

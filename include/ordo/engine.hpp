@@ -232,6 +232,7 @@ class Engine {
   /// pack, so that a braced OpAttrs converts here too:
   ///   ordo::Lease lease = co_await engine.push(ordo::reads(a), ordo::writes(b));
   ///   co_await engine.push(ordo::reads(), ordo::writes(b), ordo::Context::cpu(), {.name = "fill"});
+  ///   co_await engine.push(ordo::reads(), ordo::writes(b), {.name = "fill"});   // the CPU context
   ///   int n = co_await engine.push(ordo::reads(a), ordo::writes(), [&] { return f(); });
   ///   co_await engine.wait_for(v);
   [[nodiscard]] LeaseAwaitable push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes,
@@ -239,12 +240,17 @@ class Engine {
                                     const std::stop_token& stop = {});
   [[nodiscard]] LeaseAwaitable push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes,
                                     const std::stop_token& stop);
+  [[nodiscard]] LeaseAwaitable push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes,
+                                    OpAttrs attrs, const std::stop_token& stop = {});
   template <detail::coro_fn F>
   [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
                           Context ctx = Context::cpu(), OpAttrs attrs = {}, const std::stop_token& stop = {});
   template <detail::coro_fn F>
   [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
                           const std::stop_token& stop);
+  template <detail::coro_fn F>
+  [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
+                          OpAttrs attrs, const std::stop_token& stop = {});
   [[nodiscard]] OpAwaitable<void> wait_for(Var var, const std::stop_token& stop = {});
 
   /// Deletes an operator: pushes already made still run, later pushes throw

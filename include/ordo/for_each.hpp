@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <iterator>
@@ -93,11 +94,27 @@ Task<std::vector<when_all_result_t<T>>> when_all_bounded(std::vector<Task<T>> ta
   co_return out;
 }
 
+// The range for_each walks: an lvalue by pointer (the caller keeps it alive),
+// an rvalue moved in. Not std::views::all: with clang 14 and libstdc++ 12,
+// instantiating ref_view / owning_view fails (clang checks the constraints
+// of view_interface's members too early), so no view type is made here.
+template <class R>
+struct RangeRef {
+  R* r;
+  R& get() noexcept { return *r; }
+};
+template <class R>
+struct RangeOwned {
+  R r;
+  R& get() noexcept { return r; }
+};
+
 template <class V, class F>
 struct ForEachShared : LaneShared {
-  ForEachShared(V& v, F& f) : it(std::ranges::begin(v)), end(std::ranges::end(v)), fn(&f) {}
-  std::ranges::iterator_t<V> it;  ///< guarded by m
-  std::ranges::sentinel_t<V> end;
+  using Range = std::remove_reference_t<decltype(std::declval<V&>().get())>;
+  ForEachShared(V& v, F& f) : it(std::ranges::begin(v.get())), end(std::ranges::end(v.get())), fn(&f) {}
+  std::ranges::iterator_t<Range> it;  ///< guarded by m
+  std::ranges::sentinel_t<Range> end;
   std::size_t index = 0;  ///< of `it`; guarded by m
   F* fn;
 };
@@ -177,10 +194,15 @@ template <class T>
 /// fn's tasks run concurrently with each other (up to `limit`): share data
 /// between them through engine variables, a Channel, or a lock.
 template <std::ranges::input_range R, class F>
-  requires std::ranges::viewable_range<R> && std::invocable<F&, std::ranges::range_reference_t<R>>
+  requires(std::is_lvalue_reference_v<R> || std::movable<std::remove_cvref_t<R>>) &&
+          std::invocable<F&, std::ranges::range_reference_t<R>>
 [[nodiscard]] Task<void> for_each(R&& range, std::size_t limit, F fn) {
   detail::check_limit(limit);
-  return detail::for_each_impl(std::views::all(std::forward<R>(range)), limit, std::move(fn));
+  if constexpr (std::is_lvalue_reference_v<R>) {
+    return detail::for_each_impl(detail::RangeRef<std::remove_reference_t<R>>{&range}, limit, std::move(fn));
+  } else {
+    return detail::for_each_impl(detail::RangeOwned<std::remove_cvref_t<R>>{std::move(range)}, limit, std::move(fn));
+  }
 }
 
 }  // namespace ordo

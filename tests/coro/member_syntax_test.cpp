@@ -97,5 +97,47 @@ TEST(MemberSyntax, TakesTheFreeFormsArgumentsAndNamesItsOps) {
   EXPECT_EQ(reported, (std::vector<std::string>{"free-lease", "member-lease"}));
 }
 
+// Issue 43, item 6: OpAttrs without a Context (the CPU context), in the
+// free and member spellings of both forms, with and without a stop token,
+// braced and named. The names show that the attributes reached the ops.
+TEST(MemberSyntax, TakesOpAttrsWithoutAContext) {
+  std::vector<std::string> reported;
+  {
+    Engine engine(Options{.kind = EngineKind::per_device,
+                          .cpu_workers = 2,
+                          .on_unobserved_error = [&](const ErrorReport& r) { reported.push_back(r.op_name); }});
+    Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
+    std::stop_source stop;
+    auto running_op = [&engine] {
+      try {
+        engine.wait_for_all();
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    auto task = [&]() -> Task<void> {
+      Lease la = co_await engine.push(ordo::reads(), ordo::writes(a), {.name = "member-lease"});
+      EXPECT_FALSE(la.run_context().ctx.is_gpu());
+      la.fail(std::make_exception_ptr(Boom("member")));
+      const OpAttrs named{.name = "free-lease"};
+      Lease lb = co_await ordo::push(engine, ordo::reads(), ordo::writes(b), named, stop.get_token());
+      lb.fail(std::make_exception_ptr(Boom("free")));
+      { Lease l = co_await engine.push(ordo::reads(), ordo::writes(c), {.name = "l"}, stop.get_token()); }
+      const std::string member = co_await engine.push(ordo::reads(c), ordo::writes(), running_op, {.name = "member-fn"});
+      EXPECT_NE(member.find("op 'member-fn'"), std::string::npos) << member;
+      const std::string free =
+          co_await ordo::push(engine, ordo::reads(c), ordo::writes(), running_op, {.name = "free-fn"}, stop.get_token());
+      EXPECT_NE(free.find("op 'free-fn'"), std::string::npos) << free;
+      const int n = co_await engine.push(ordo::reads(c), ordo::writes(), [] { return 7; },
+                                         {.prop = FnProperty::cpu_prioritized}, stop.get_token());
+      EXPECT_EQ(n, 7);
+    };
+    run_bounded(task());
+  }
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<std::string>{"free-lease", "member-lease"}));
+}
+
 }  // namespace
 }  // namespace ordo::test
