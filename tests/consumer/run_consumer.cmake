@@ -150,15 +150,6 @@ elseif(MODE STREQUAL "subdirectory" OR MODE STREQUAL "fetchcontent")
   execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build --parallel 2 --target ${targets}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
-    if(out MATCHES "spin_lock.hpp.*invalid cpu feature string for builtin")
-      # Known at 2026-11-28: clang 14 rejects __builtin_cpu_supports("prfchw")
-      # in src/spin_lock.hpp, so ordo's sources (not its headers) do not
-      # build with clang 14 yet. Shown as a skip until src/ is mended; any
-      # other failure fails.
-      skip("ordo's sources do not build with this compiler yet: src/spin_lock.hpp's "
-           "__builtin_cpu_supports(\"prfchw\") (clang 14); see issue 43")
-      return()
-    endif()
     message(FATAL_ERROR "building the consumer with ordo inside (${MODE}) failed (${rc}):\n${out}")
   endif()
   message(STATUS "building the consumer with ordo inside: ok")
