@@ -312,7 +312,7 @@ class Engine {
   void submit(detail::OpGuard& op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
               std::uint8_t traits = 0);
   void submit_normalized(detail::OpGuard& op, Context ctx, const detail::DirectRun& run, const OpAttrs& attrs);
-  /// The direct path (detail::DirectRun; defined in src/engine_core.cpp).
+  /// The direct path (detail::DirectRun; defined in src/core/engine_core.cpp).
   detail::Direct begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
                               const OpAttrs& attrs);
   /// Both push(Operator) overloads; `priority` null: the operator's own

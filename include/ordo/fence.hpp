@@ -104,7 +104,7 @@ class FenceGate {
   FenceGate& operator=(const FenceGate&) = default;
 };
 
-/// Engine-internal constructor access (src/engine_core.cpp).
+/// Engine-internal constructor access (src/core/engine_core.cpp).
 class detail_fence_access {
  public:
   static HeldOp make(detail::OpRecord* op) noexcept { return HeldOp(op); }

@@ -10,7 +10,7 @@
 
 namespace ordo::detail {
 
-struct ErrorRecord;  // src/records.hpp
+struct ErrorRecord;  // src/core/records.hpp
 
 /// One counted reference to an error the engine stored. The engine rethrows
 /// an error from wait_for_all, or reports it at destruction, only if no

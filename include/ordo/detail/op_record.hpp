@@ -173,7 +173,7 @@ struct alignas(64) OpRecord {
   }
 };
 
-static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment (checked in src/op_pool.cpp)");
+static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment (checked in src/core/op_pool.cpp)");
 
 /// Thread-caching allocator of op records (process-wide slabs, never freed).
 OpRecord* op_alloc();

@@ -1,4 +1,4 @@
-// src/spin_lock.hpp - a test-and-test-and-set lock for very short critical
+// src/core/spin_lock.hpp - a test-and-test-and-set lock for very short critical
 // sections (a variable's queue). Yields after a short spin so an
 // oversubscribed machine (more threads than cores) does not burn a core on a
 // preempted holder.

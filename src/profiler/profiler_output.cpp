@@ -1,4 +1,4 @@
-// src/profiler_output.cpp - ordo::Profiler: the Chrome trace, the DOT graph
+// src/profiler/profiler_output.cpp - ordo::Profiler: the Chrome trace, the DOT graph
 // and the summary, all written from one ProfileData.
 #include <algorithm>
 #include <cerrno>

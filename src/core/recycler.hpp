@@ -1,4 +1,4 @@
-// src/recycler.hpp - thread-caching recycling allocator for fixed-size records.
+// src/core/recycler.hpp - thread-caching recycling allocator for fixed-size records.
 //
 // Each thread keeps a free list; lists move between threads in batches of
 // kBatch through one mutex-protected stack, so a thread that allocates and

@@ -1,4 +1,4 @@
-// src/engine.cpp - ordo::Engine, a thin handle over detail::EngineCore.
+// src/core/engine.cpp - ordo::Engine, a thin handle over detail::EngineCore.
 #include "ordo/engine.hpp"
 
 #include <cstdio>

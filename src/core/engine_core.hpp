@@ -1,4 +1,4 @@
-// src/engine_core.hpp - the engine behind ordo::Engine. Internal.
+// src/core/engine_core.hpp - the engine behind ordo::Engine. Internal.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ordo/engine.hpp"
-#include "profiler.hpp"
+#include "profiler/profiler.hpp"
 #include "records.hpp"
 #include "engine_kinds.hpp"
 #include "worker_pool.hpp"

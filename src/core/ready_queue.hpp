@@ -1,4 +1,4 @@
-// src/ready_queue.hpp - a short locked queue of ready ops: a worker's deque
+// src/core/ready_queue.hpp - a short locked queue of ready ops: a worker's deque
 // (FIFO; its owner and thieves take from the front) or a priority pool's
 // shared heap. Internal.
 #pragma once

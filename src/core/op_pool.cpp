@@ -1,4 +1,4 @@
-// src/op_pool.cpp - recycled op records and access-node blocks: a push
+// src/core/op_pool.cpp - recycled op records and access-node blocks: a push
 // allocates nothing from the heap in steady state.
 #include "ordo/detail/op_record.hpp"
 

@@ -1,4 +1,4 @@
-// src/thread_state.hpp - what the current thread is to the engine. Internal.
+// src/core/thread_state.hpp - what the current thread is to the engine. Internal.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// src/engine_kinds.cpp - naive, pooled and per-device: their pools and routes.
+// src/core/engine_kinds.cpp - naive, pooled and per-device: their pools and routes.
 #include "engine_kinds.hpp"
 
 #include "engine_core.hpp"

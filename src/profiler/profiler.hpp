@@ -1,4 +1,4 @@
-// src/profiler.hpp - the recording side of ordo::Profiler. Internal.
+// src/profiler/profiler.hpp - the recording side of ordo::Profiler. Internal.
 //
 // The engine calls the on_* hooks only when profiling is on (EngineCore::prof_
 // is not null), so a disabled profiler costs one predictable branch per hook.
@@ -24,8 +24,8 @@
 
 #include "ordo/options.hpp"
 #include "ordo/profiler.hpp"
-#include "records.hpp"
-#include "spin_lock.hpp"
+#include "core/records.hpp"
+#include "core/spin_lock.hpp"
 
 namespace ordo::detail {
 

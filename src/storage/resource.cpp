@@ -1,4 +1,4 @@
-// src/resource.cpp - TempSpace and RandomStream(s) (ordo/resource.hpp).
+// src/storage/resource.cpp - TempSpace and RandomStream(s) (ordo/resource.hpp).
 #include "ordo/resource.hpp"
 
 #include <algorithm>

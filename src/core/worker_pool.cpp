@@ -1,4 +1,4 @@
-// src/worker_pool.cpp
+// src/core/worker_pool.cpp - the worker loop: take, steal, spin, sleep (see worker_pool.hpp).
 #include "worker_pool.hpp"
 
 #include "ordo/detail/pool_hooks.hpp"

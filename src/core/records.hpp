@@ -1,4 +1,4 @@
-// src/records.hpp - variable, error and operator records. Internal.
+// src/core/records.hpp - variable, error and operator records. Internal.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// src/engine_kinds.hpp - the engine kinds (MXNet's naive, pooled and
+// src/core/engine_kinds.hpp - the engine kinds (MXNet's naive, pooled and
 // per-device engines) as small policies: which worker pools exist and which
 // one runs a queued op. Dependency tracking and placement
 // (EngineCore::place) are the same for every kind. Internal.

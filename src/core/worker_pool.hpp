@@ -1,4 +1,4 @@
-// src/worker_pool.hpp - worker threads, each with a deque of ready ops that
+// src/core/worker_pool.hpp - worker threads, each with a deque of ready ops that
 // idle workers steal from (a priority pool: one shared heap). Internal.
 #pragma once
 

@@ -1,4 +1,4 @@
-// src/env.cpp - the parsing of ORDO_* environment variables shared by every
+// src/options/env.cpp - the parsing of ORDO_* environment variables shared by every
 // from_env() (ordo/detail/env.hpp).
 #include "ordo/detail/env.hpp"
 

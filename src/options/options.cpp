@@ -1,4 +1,4 @@
-// src/options.cpp - Options::from_env (the engine's only reader of the
+// src/options/options.cpp - Options::from_env (the engine's only reader of the
 // environment; the parsing is src/env.cpp's) and usable_cpus.
 #include <sched.h>
 

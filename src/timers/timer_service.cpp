@@ -1,4 +1,4 @@
-// src/timer_service.cpp - detail::TimerService: an engine's deadlines, expired by
+// src/timers/timer_service.cpp - detail::TimerService: an engine's deadlines, expired by
 // its delegate (ordo::io's ring) or by one timer thread.
 #include "ordo/detail/timer_service.hpp"
 

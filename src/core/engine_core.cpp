@@ -1,4 +1,4 @@
-// src/engine_core.cpp - dependency tracking, dispatch and completion.
+// src/core/engine_core.cpp - dependency tracking, dispatch and completion.
 #include "engine_core.hpp"
 
 #include "ordo/error_code.hpp"

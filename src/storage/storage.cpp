@@ -1,4 +1,4 @@
-// src/storage.cpp - BufferPool (ordo/storage.hpp): size classes, buckets,
+// src/storage/storage.cpp - BufferPool (ordo/storage.hpp): size classes, buckets,
 // the limit and its FIFO of waiters, and the delete_variable-ordered return.
 #include "ordo/storage.hpp"
 

@@ -1,4 +1,4 @@
-// src/profiler.cpp - recording events and joining them per op.
+// src/profiler/profiler.cpp - recording events and joining them per op.
 #include "profiler.hpp"
 
 #include <sys/syscall.h>
@@ -10,7 +10,7 @@
 #include <new>
 
 #include "ordo/error.hpp"
-#include "worker_pool.hpp"
+#include "core/worker_pool.hpp"
 
 namespace ordo::detail {
 
