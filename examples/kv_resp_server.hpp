@@ -28,7 +28,9 @@
 // accepting, cancels the reads of idle connections, lets every other one
 // finish the requests it has read and write their replies, then closes
 // them all; io_context::run() returns and the engine's destructor drains
-// what remains.
+// what remains. A client that does not read its replies cannot hold the
+// server up: writes still pending `stop_write_timeout` after stop() are
+// cancelled (their connections close without the rest of their replies).
 #pragma once
 
 #include <asio.hpp>
@@ -43,7 +45,8 @@
 #include <exception>
 #include <functional>
 #include <queue>
-#include <map>
+#include <set>
+#include <chrono>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -66,6 +69,15 @@ struct ServerOptions {
   /// engine has nothing in flight).
   bool inline_ok = true;
   std::uint16_t port = 0;  ///< 0: a free port
+  /// How long stop() lets pending writes finish before cancelling them.
+  std::chrono::milliseconds stop_write_timeout{500};
+};
+
+/// What tests and operators may observe of a running server (io thread).
+struct ServerStats {
+  std::size_t connections = 0;
+  std::size_t writing = 0;  ///< connections blocked in a write
+  std::uint64_t requests = 0;  ///< requests read since start
 };
 
 class Server {
@@ -100,9 +112,26 @@ class Server {
     acceptor_.close(ec);
     if (expiry_stop_) expiry_stop_->request_stop();
     // A connection waiting for a request stops now; one running requests
-    // stops after writing their replies (its loop sees stopping_).
-    for (auto& [sock, reading] : sessions_)
-      if (*reading) sock->cancel(ec);
+    // stops after writing their replies (its loop sees stopping_), unless
+    // its client does not read them: the grace timer then cancels the write.
+    for (Conn* c : sessions_)
+      if (c->state == Conn::State::reading) c->sock.cancel(ec);
+    if (sessions_.empty()) return;
+    stop_timer_.expires_after(opt_.stop_write_timeout);
+    stop_timer_.async_wait([this](asio::error_code tec) {
+      if (tec) return;  // every connection closed in time
+      writes_cancelled_ = true;
+      asio::error_code cec;
+      for (Conn* c : sessions_) c->sock.cancel(cec);
+    });
+  }
+
+  [[nodiscard]] ServerStats stats() const {
+    ServerStats st;
+    st.connections = sessions_.size();
+    st.requests = requests_;
+    for (const Conn* c : sessions_) st.writing += c->state == Conn::State::writing;
+    return st;
   }
 
   /// Called once by stop(), on the io thread (kv_server cancels its signal wait).
@@ -210,9 +239,32 @@ class Server {
   };
   static asio::awaitable<std::string> ready(std::string s) { co_return s; }
 
-  asio::awaitable<void> session(asio::ip::tcp::socket sock) {
-    bool reading = false;
-    sessions_.emplace(&sock, &reading);
+  /// A connection, owned by its session coroutine and listed in sessions_
+  /// while it runs (stop() reaches it there).
+  struct Conn {
+    enum class State : std::uint8_t { busy, reading, writing };
+    explicit Conn(asio::ip::tcp::socket s) : sock(std::move(s)) {}
+    asio::ip::tcp::socket sock;
+    State state = State::busy;  ///< io thread
+  };
+  /// Lists a connection in sessions_ for its session's lifetime, whichever
+  /// way the session ends; the last one out during stop() ends the grace timer.
+  struct Listed {
+    Server& srv;
+    Conn* conn;
+    Listed(Server& s, Conn* c) : srv(s), conn(c) { srv.sessions_.insert(c); }
+    ~Listed() {
+      srv.sessions_.erase(conn);
+      if (srv.stopping_ && srv.sessions_.empty()) srv.stop_timer_.cancel();
+    }
+    Listed(const Listed&) = delete;
+    Listed& operator=(const Listed&) = delete;
+  };
+
+  asio::awaitable<void> session(asio::ip::tcp::socket socket) {
+    Conn conn(std::move(socket));
+    const Listed listed(*this, &conn);
+    asio::ip::tcp::socket& sock = conn.sock;
     asio::error_code ec;
     sock.set_option(asio::ip::tcp::no_delay(true), ec);
     // in[pos, end) holds what was read and not yet parsed. `in` only grows:
@@ -232,10 +284,10 @@ class Server {
       }
       const std::size_t chunk = std::max<std::size_t>(16384, std::min<std::size_t>(end, 1U << 20));
       if (in.size() < end + chunk) in.resize(end + chunk);
-      reading = true;
+      conn.state = Conn::State::reading;
       auto [rec, n] = co_await sock.async_read_some(asio::buffer(in.data() + end, chunk),
                                                     asio::experimental::as_tuple(asio::use_awaitable));
-      reading = false;
+      conn.state = Conn::State::busy;
       end += n;
       if (rec) break;  // closed by the client, or stop()
       Batch b;
@@ -257,6 +309,7 @@ class Server {
           break;
         }
         if (argv.empty()) continue;
+        ++requests_;
         add(b, plan(std::move(argv), b.now));
         if (b.plans.back().quit) {
           close = true;
@@ -277,13 +330,15 @@ class Server {
       }
       out += tail;
       if (!out.empty()) {
+        if (writes_cancelled_) break;  // stop()'s grace is over: the client would not read it in time
+        conn.state = Conn::State::writing;
         auto [wec, wn] = co_await asio::async_write(sock, asio::buffer(out), asio::experimental::as_tuple(asio::use_awaitable));
+        conn.state = Conn::State::busy;
         (void)wn;
         if (wec) break;
       }
       if (shutdown) stop();
     }
-    sessions_.erase(&sock);
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
     sock.close(ec);
   }
@@ -394,9 +449,11 @@ class Server {
   std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
   std::optional<std::stop_source> expiry_stop_;    ///< stops the current expiry sleep; io thread
   ordo::AsyncScope timers_;                        ///< the expiry sleeps; after engine_, joined by ~Server
-  /// Open connections, and whether each waits in a read. io thread.
-  std::map<asio::ip::tcp::socket*, bool*> sessions_;
+  std::set<Conn*> sessions_;                       ///< open connections; io thread
   bool stopping_ = false;                          ///< io thread
+  asio::steady_timer stop_timer_{io_};             ///< stop()'s grace for pending writes
+  bool writes_cancelled_ = false;                  ///< the grace is over; io thread
+  std::uint64_t requests_ = 0;                     ///< io thread
   std::function<void()> on_stop_;
 };
 

@@ -396,6 +396,46 @@ TEST_P(Resp, StopAnswersWhatWasReadThenClosesIdleConnections) {
   EXPECT_EQ(rest, want);
 }
 
+// Regression (issue 45, item 1): a client that asks for large values and
+// never reads the replies blocks the server's write; stop() (SIGTERM) and another
+// client's SHUTDOWN must still end the server within its write grace.
+TEST_P(Resp, StopEndsAConnectionThatDoesNotReadItsReplies) {
+  for (const bool by_shutdown : {false, true}) {
+    SCOPED_TRACE(by_shutdown ? "SHUTDOWN" : "stop()");
+    auto o = options();
+    o.stop_write_timeout = std::chrono::milliseconds(200);
+    TestServer s(o);
+    Client stuck(s.port());
+    EXPECT_EQ(stuck.call({"SET", "big", std::string(1U << 20, 'v')}), ok);
+    // One request (one read, one write) whose 64 MiB reply cannot fit the
+    // socket buffers: wait until its write blocks.
+    std::vector<std::string> mget(65, "big");
+    mget[0] = "MGET";
+    stuck.send(mget);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto blocked = [&] {
+      const kv::resp::ServerStats st = s.stats();
+      return st.requests == 2 && st.writing == 1;  // the MGET's write, not the SET's
+    };
+    while (!blocked() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    ASSERT_TRUE(blocked());
+    const auto t0 = std::chrono::steady_clock::now();
+    if (by_shutdown) {
+      Client admin(s.port());
+      admin.send({"SHUTDOWN"});
+      EXPECT_EQ(admin.read_to_eof(), "");
+    } else {
+      s.post_stop();
+    }
+    const bool stopped = s.wait_stopped(std::chrono::seconds(5));
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    std::printf("%s: stopped in %lld ms\n", by_shutdown ? "SHUTDOWN" : "stop()", static_cast<long long>(took.count()));
+    EXPECT_TRUE(stopped) << "the server waited for a client that does not read";
+    EXPECT_LT(took, std::chrono::seconds(2));
+    stuck.close();  // unblocks a server that did not stop, so the test ends either way
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, Resp, ::testing::Values(0U, 8U),
                          [](const ::testing::TestParamInfo<unsigned>& p) { return p.param == 0 ? std::string("PerKey") : "Shards" + std::to_string(p.param); });
 
