@@ -7,6 +7,7 @@
 // command (one line of words, for telnet). Arguments are binary-safe.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -104,7 +105,10 @@ inline Status parse(std::string_view in, std::size_t& pos, std::vector<std::stri
     pos = p;
     return Status::complete;
   }
-  argv.reserve(static_cast<std::size_t>(count));
+  // Room for the elements the bytes at hand can hold (each takes at least
+  // "$0\r\n\r\n"), not for the count a header claims: a bare "*1048576"
+  // must not cost 32 MB; argv grows as elements arrive.
+  argv.reserve(std::min(static_cast<std::size_t>(count), (in.size() - p) / 6));
   for (std::int64_t i = 0; i < count; ++i) {
     std::int64_t len = 0;
     if (!header('$', len, st)) {

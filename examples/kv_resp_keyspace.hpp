@@ -218,15 +218,10 @@ class Keyspace {
     if (s.entry == nullptr || --s.entry->held != 0 || s.entry->cell.present) return;
     drop(s.entry);
   }
-  /// As release, for slots from all().
-  void release_all(const std::vector<Slot>& slots) {
+  /// As release, for n slots from all().
+  void release_all(const Slot* slots, std::size_t n) {
     if (!per_key()) return;
-    for (const Slot& s : slots) --s.entry->held;
-    std::vector<Entry*> gone;
-    entries_.for_each([&](Entry* e) {
-      if (e->held == 0 && !e->cell.present) gone.push_back(e);
-    });
-    for (Entry* e : gone) drop(e);
+    for (std::size_t i = 0; i < n; ++i) release(slots[i]);
   }
   /// Keys with a variable right now (per-key mode; shards: their count).
   [[nodiscard]] std::size_t variables() const { return per_key() ? entries_.size() : shards_.size(); }

@@ -264,9 +264,31 @@ class Server {
   asio::awaitable<void> session(asio::ip::tcp::socket socket) {
     Conn conn(std::move(socket));
     const Listed listed(*this, &conn);
-    asio::ip::tcp::socket& sock = conn.sock;
     asio::error_code ec;
-    sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    conn.sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    // Out of memory (a huge request, a reply too large to build) ends this
+    // connection only, with an error reply where one can still be written.
+    std::string fail;
+    try {
+      co_await serve(conn);
+    } catch (const std::bad_alloc&) {
+      fail = "-ERR out of memory\r\n";
+    } catch (const std::exception& e) {
+      fail = std::string("-ERR internal error: ") + e.what() + "\r\n";
+    }
+    if (!fail.empty() && !writes_cancelled_) {
+      conn.state = Conn::State::writing;
+      co_await asio::async_write(conn.sock, asio::buffer(fail), asio::experimental::as_tuple(asio::use_awaitable));
+      conn.state = Conn::State::busy;
+    }
+    conn.sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    conn.sock.close(ec);
+  }
+
+  /// Reads, runs and answers requests until the client closes, a request is
+  /// malformed, QUIT / SHUTDOWN, or stop().
+  asio::awaitable<void> serve(Conn& conn) {
+    asio::ip::tcp::socket& sock = conn.sock;
     // in[pos, end) holds what was read and not yet parsed. `in` only grows:
     // resizing it down and up again per read would zero-fill every chunk.
     std::string in;
@@ -291,6 +313,7 @@ class Server {
       end += n;
       if (rec) break;  // closed by the client, or stop()
       Batch b;
+      const Held held(*this, b);
       b.now = now_ms();
       std::string tail;  // a protocol error's reply, after the batch's
       bool shutdown = false;
@@ -326,7 +349,6 @@ class Server {
           error(out, std::string("ERR internal error: ") + e.what());
           close = true;
         }
-        release(b);
       }
       out += tail;
       if (!out.empty()) {
@@ -339,8 +361,6 @@ class Server {
       }
       if (shutdown) stop();
     }
-    sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    sock.close(ec);
   }
 
   /// Appends a plan and the slots of its keys (io thread).
@@ -356,14 +376,30 @@ class Server {
     b.plans.push_back(std::move(p));
   }
 
+  /// Releases a batch's keys when it goes out of scope, whichever way (its
+  /// ops have finished by then: run() awaits every op it pushed).
+  struct Held {
+    Server& srv;
+    Batch& b;
+    Held(Server& s, Batch& batch) : srv(s), b(batch) {}
+    ~Held() {
+      try {
+        srv.release(b);
+      } catch (...) {
+        // Out of memory deleting a variable: the key's entry stays, unused.
+      }
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+  };
+
   /// After the batch's op finished: per-key entries whose key is gone go.
   void release(Batch& b) {
     std::size_t at = 0;
     for (const Plan& p : b.plans) {
       if (p.all_keys) {
         const std::size_t n = p.slot_count();
-        keys_.release_all(std::vector<Slot>(b.slots.begin() + static_cast<std::ptrdiff_t>(at),
-                                            b.slots.begin() + static_cast<std::ptrdiff_t>(at + n)));
+        keys_.release_all(b.slots.data() + at, n);
         at += n;
       } else {
         for (std::size_t i = 0, n = p.key_count(); i < n; ++i) keys_.release(b.slots[at + i]);
@@ -433,8 +469,8 @@ class Server {
     if (!deadlines_.empty()) arm(deadlines_.top().first);
     if (p.argv.size() > 1) {
       b.plans.push_back(std::move(p));
+      const Held held(*this, b);
       co_await run(b);
-      release(b);
     }
   }
 

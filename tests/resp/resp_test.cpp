@@ -67,6 +67,17 @@ TEST(RespParse, MalformedAndTooLarge) {
   EXPECT_NE(err.find("larger than 100 bytes"), std::string::npos) << err;
 }
 
+// Regression (issue 45, item 7): a header alone must not reserve the storage
+// of the element count it claims (a bare "*1048576" reserved 32 MB).
+TEST(RespParse, ALargeCountReservesOnlyWhatArrived) {
+  const kv::resp::Limits lim;
+  std::vector<std::string> argv;
+  std::string err;
+  std::size_t pos = 0;
+  EXPECT_EQ(kv::resp::parse("*1048576\r\n$3\r\nfoo\r\n", pos, argv, err, lim), Status::incomplete);
+  EXPECT_LT(argv.capacity(), 64U);
+}
+
 // The per-key index (open addressing, deletion by backward shift) against a
 // std::unordered_map over random inserts, erases and lookups: runs wrap the
 // table's end and grow it, so a shift that breaks a probe run loses a key.
