@@ -71,6 +71,8 @@ struct ServerOptions {
   std::uint16_t port = 0;  ///< 0: a free port
   /// How long stop() lets pending writes finish before cancelling them.
   std::chrono::milliseconds stop_write_timeout{500};
+  /// How long the accept loop waits after running out of descriptors.
+  std::chrono::milliseconds accept_backoff{100};
 };
 
 /// What tests and operators may observe of a running server (io thread).
@@ -78,6 +80,7 @@ struct ServerStats {
   std::size_t connections = 0;
   std::size_t writing = 0;  ///< connections blocked in a write
   std::uint64_t requests = 0;  ///< requests read since start
+  std::uint64_t accept_failures = 0;  ///< accepts that failed (e.g. out of descriptors)
 };
 
 class Server {
@@ -110,6 +113,7 @@ class Server {
     if (on_stop_) on_stop_();
     asio::error_code ec;
     acceptor_.close(ec);
+    accept_timer_.cancel();
     if (expiry_stop_) expiry_stop_->request_stop();
     // A connection waiting for a request stops now; one running requests
     // stops after writing their replies (its loop sees stopping_), unless
@@ -130,6 +134,7 @@ class Server {
     ServerStats st;
     st.connections = sessions_.size();
     st.requests = requests_;
+    st.accept_failures = accept_failures_;
     for (const Conn* c : sessions_) st.writing += c->state == Conn::State::writing;
     return st;
   }
@@ -151,7 +156,18 @@ class Server {
     while (!stopping_) {
       auto [ec, sock] = co_await acceptor_.async_accept(asio::experimental::as_tuple(asio::use_awaitable));
       if (ec == asio::error::operation_aborted || stopping_) co_return;
-      if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
+      if (ec) {
+        ++accept_failures_;
+        // Out of descriptors (or memory) the listening socket stays readable
+        // and every accept fails at once: wait before the next try instead
+        // of spinning, and keep serving the connections we have.
+        if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+            ec == std::errc::too_many_files_open_in_system) {
+          accept_timer_.expires_after(opt_.accept_backoff);
+          co_await accept_timer_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+        }
+        continue;
+      }
       asio::co_spawn(io_, session(std::move(sock)), asio::detached);
     }
   }
@@ -490,6 +506,8 @@ class Server {
   asio::steady_timer stop_timer_{io_};             ///< stop()'s grace for pending writes
   bool writes_cancelled_ = false;                  ///< the grace is over; io thread
   std::uint64_t requests_ = 0;                     ///< io thread
+  std::uint64_t accept_failures_ = 0;              ///< io thread
+  asio::steady_timer accept_timer_{io_};           ///< the accept loop's back-off
   std::function<void()> on_stop_;
 };
 

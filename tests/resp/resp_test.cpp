@@ -3,8 +3,15 @@
 // key-to-variable schemes, expiry, and MGET/MSET/INCR under concurrency.
 // redis-cli and redis-benchmark drive the real program in
 // redis_cli_test.sh / redis_benchmark_test.sh; fuzz_test.cpp feeds garbage.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -114,6 +121,55 @@ TEST(RespKeyIndex, RandomInsertsAndErasesMatchAMap) {
       ASSERT_EQ(seen, model.size());
     }
   }
+}
+
+// Regression (issue 45, item 6): out of file descriptors, every accept
+// failed at once and the accept loop spun at 100% CPU until some were freed.
+// The process (test and server share it) runs out under a lowered
+// RLIMIT_NOFILE while a client waits in the listen backlog.
+TEST(RespAccept, OutOfDescriptorsTheAcceptLoopBacksOff) {
+  TestServer s;
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    highest = std::max(highest, std::stoi(e.path().filename().string()));
+  }
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(highest) + 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> hogs;
+  for (int fd; (fd = ::dup(0)) >= 0;) hogs.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  ::close(hogs.back());  // one for the client; none left for the server's accept
+  hogs.pop_back();
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(s.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // completes in the backlog
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.stats().accept_failures == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  const std::uint64_t before = s.stats().accept_failures;
+  // A window to count the failed accepts in (a rate is what is tested).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::uint64_t failures = s.stats().accept_failures - before;
+  for (int fd : hogs) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::printf("RespAccept: %llu failed accepts in 300 ms out of descriptors\n", static_cast<unsigned long long>(failures));
+  EXPECT_GE(before, 1U);
+  EXPECT_LE(failures, 10U);  // a back-off of 100 ms: about 3
+  // Descriptors are back: the waiting client is accepted and served.
+  const std::string ping = kv::resp::request({"PING"});
+  ASSERT_EQ(::write(client, ping.data(), ping.size()), static_cast<ssize_t>(ping.size()));
+  char buf[16] = {};
+  timeval tv{30, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  EXPECT_EQ(::read(client, buf, sizeof buf), 7);
+  EXPECT_EQ(std::string(buf), "+PONG\r\n");
+  ::close(client);
 }
 
 class Resp : public ::testing::TestWithParam<unsigned> {  // shards (0: a variable per key)
