@@ -46,6 +46,7 @@
 #include <functional>
 #include <queue>
 #include <set>
+#include <unordered_map>
 #include <chrono>
 #include <optional>
 #include <stop_token>
@@ -81,6 +82,7 @@ struct ServerStats {
   std::size_t writing = 0;  ///< connections blocked in a write
   std::uint64_t requests = 0;  ///< requests read since start
   std::uint64_t accept_failures = 0;  ///< accepts that failed (e.g. out of descriptors)
+  std::size_t expiry_entries = 0;     ///< entries in the expiry heap, stale ones included
 };
 
 class Server {
@@ -135,6 +137,7 @@ class Server {
     st.connections = sessions_.size();
     st.requests = requests_;
     st.accept_failures = accept_failures_;
+    st.expiry_entries = deadlines_.size();
     for (const Conn* c : sessions_) st.writing += c->state == Conn::State::writing;
     return st;
   }
@@ -425,8 +428,23 @@ class Server {
   }
 
   // ---- expiry: a min-heap of (deadline, key), one ordo::sleep_for at a time (io thread) ----
+  // A key's newest deadline is in expiry_of_; a heap entry with another one
+  // is stale (the key was set again) and is dropped when it surfaces, or
+  // when stale entries outnumber live ones and the heap is rebuilt, so that
+  // SET ... EX repeated on a few keys keeps the heap at their number.
   void schedule_expiry(std::int64_t deadline, const std::string& key) {
+    auto [it, added] = expiry_of_.try_emplace(key, deadline);
+    if (!added) {
+      if (it->second == deadline) return;
+      it->second = deadline;
+    }
     deadlines_.emplace(deadline, key);
+    if (deadlines_.size() > 2 * expiry_of_.size() + 64) {
+      std::vector<std::pair<std::int64_t, std::string>> live;
+      live.reserve(expiry_of_.size());
+      for (const auto& [k, d] : expiry_of_) live.emplace_back(d, k);
+      deadlines_ = decltype(deadlines_)(std::greater<>{}, std::move(live));
+    }
     if (armed_ == 0 || deadline < armed_) arm(deadline);
   }
   void arm(std::int64_t deadline) {
@@ -468,7 +486,12 @@ class Server {
     p.key_step = 1;
     p.argv.emplace_back("expire");
     while (!deadlines_.empty() && deadlines_.top().first <= b.now && p.argv.size() < 1025) {
-      p.argv.push_back(deadlines_.top().second);
+      const auto& [deadline, key] = deadlines_.top();
+      const auto it = expiry_of_.find(key);
+      if (it != expiry_of_.end() && it->second == deadline) {
+        expiry_of_.erase(it);
+        p.argv.push_back(key);
+      }
       deadlines_.pop();
     }
     std::vector<Slot> slots;
@@ -497,7 +520,9 @@ class Server {
   asio::ip::tcp::acceptor acceptor_;
   std::priority_queue<std::pair<std::int64_t, std::string>, std::vector<std::pair<std::int64_t, std::string>>,
                       std::greater<>>
-      deadlines_;                                  ///< io thread
+      deadlines_;                                  ///< (deadline, key), stale ones included; io thread
+  /// Each key's newest deadline in deadlines_. io thread.
+  std::unordered_map<std::string, std::int64_t, KeyHash, std::equal_to<>> expiry_of_;
   std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
   std::optional<std::stop_source> expiry_stop_;    ///< stops the current expiry sleep; io thread
   ordo::AsyncScope timers_;                        ///< the expiry sleeps; after engine_, joined by ~Server

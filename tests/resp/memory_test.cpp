@@ -58,4 +58,24 @@ TEST(RespMemory, AnAllocationFailureAnswersAnErrorAndCleansUp) {
   EXPECT_EQ(s.stats().connections, 1U);  // `other` only
 }
 
+// Regression (issue 45, item 3): every SET ... EX added an expiry heap entry
+// kept until its deadline, so RSS grew with each SET even on one key.
+TEST(RespMemory, RepeatedSetExOnAFewKeysKeepsTheExpiryHeapSmall) {
+  TestServer s;
+  Client c(s.port());
+  for (int round = 0; round < 30; ++round) {
+    std::string batch, want;
+    for (int i = 0; i < 1000; ++i) {
+      batch += kv::resp::request({"SET", "k" + std::to_string(i % 3), "v", "EX", std::to_string(1000 + i)});
+      want += ok;
+    }
+    c.send_raw(batch);
+    std::string got;
+    for (int i = 0; i < 1000; ++i) got += c.reply();
+    ASSERT_EQ(got, want);
+  }
+  EXPECT_EQ(c.call({"TTL", "k2"}).substr(0, 4), ":199");  // the last SET's deadline holds
+  EXPECT_LE(s.stats().expiry_entries, 2U * 3 + 64);  // was 30,000
+}
+
 }  // namespace
