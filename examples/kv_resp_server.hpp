@@ -83,6 +83,7 @@ struct ServerStats {
   std::uint64_t requests = 0;  ///< requests read since start
   std::uint64_t accept_failures = 0;  ///< accepts that failed (e.g. out of descriptors)
   std::size_t expiry_entries = 0;     ///< entries in the expiry heap, stale ones included
+  std::size_t receive_buffer_bytes = 0;  ///< held by the connections' receive buffers
 };
 
 class Server {
@@ -138,7 +139,10 @@ class Server {
     st.requests = requests_;
     st.accept_failures = accept_failures_;
     st.expiry_entries = deadlines_.size();
-    for (const Conn* c : sessions_) st.writing += c->state == Conn::State::writing;
+    for (const Conn* c : sessions_) {
+      st.writing += c->state == Conn::State::writing;
+      st.receive_buffer_bytes += c->in.capacity();
+    }
     return st;
   }
 
@@ -265,7 +269,10 @@ class Server {
     explicit Conn(asio::ip::tcp::socket s) : sock(std::move(s)) {}
     asio::ip::tcp::socket sock;
     State state = State::busy;  ///< io thread
+    std::string in;             ///< bytes read (serve() says which are parsed); io thread
   };
+  /// The receive buffer a connection keeps between requests.
+  static constexpr std::size_t kKeepBytes = 64U << 10;
   /// Lists a connection in sessions_ for its session's lifetime, whichever
   /// way the session ends; the last one out during stop() ends the grace timer.
   struct Listed {
@@ -308,9 +315,11 @@ class Server {
   /// malformed, QUIT / SHUTDOWN, or stop().
   asio::awaitable<void> serve(Conn& conn) {
     asio::ip::tcp::socket& sock = conn.sock;
-    // in[pos, end) holds what was read and not yet parsed. `in` only grows:
-    // resizing it down and up again per read would zero-fill every chunk.
-    std::string in;
+    // in[pos, end) holds what was read and not yet parsed. `in` keeps its
+    // size between reads (resizing it down and up again per read would
+    // zero-fill every chunk) up to kKeepBytes; a large request's buffer goes
+    // once it is parsed, so idle connections do not hold their peak.
+    std::string& in = conn.in;
     std::size_t pos = 0, end = 0;
     std::vector<std::string> argv;
     std::string err;
@@ -358,6 +367,13 @@ class Server {
           shutdown = b.plans.back().shutdown;
           break;
         }
+      }
+      if (in.size() > kKeepBytes && end - pos <= kKeepBytes / 2) {
+        std::string rest(kKeepBytes / 2, '\0');
+        std::memcpy(rest.data(), in.data() + pos, end - pos);
+        in.swap(rest);
+        end -= pos;
+        pos = 0;
       }
       std::string out;
       if (!b.plans.empty()) {

@@ -78,4 +78,20 @@ TEST(RespMemory, RepeatedSetExOnAFewKeysKeepsTheExpiryHeapSmall) {
   EXPECT_LE(s.stats().expiry_entries, 2U * 3 + 64);  // was 30,000
 }
 
+// Regression (issue 45, item 4): a connection's receive buffer stayed at the
+// size of its largest request (20 idle connections that each sent a 15 MB
+// SET held 439 MiB after the key was deleted).
+TEST(RespMemory, ReceiveBuffersShrinkAfterALargeRequest) {
+  TestServer s;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<Client>(s.port()));
+    EXPECT_EQ(clients.back()->call({"SET", "big", std::string(2U << 20, 'x')}), ok);
+  }
+  EXPECT_EQ(clients[0]->call({"DEL", "big"}), integer(1));
+  const kv::resp::ServerStats st = s.stats();
+  EXPECT_EQ(st.connections, 3U);
+  EXPECT_LE(st.receive_buffer_bytes, 3U * (64U << 10));  // was over 6 MiB
+}
+
 }  // namespace
