@@ -84,6 +84,7 @@ struct ServerStats {
   std::uint64_t accept_failures = 0;  ///< accepts that failed (e.g. out of descriptors)
   std::size_t expiry_entries = 0;     ///< entries in the expiry heap, stale ones included
   std::size_t receive_buffer_bytes = 0;  ///< held by the connections' receive buffers
+  std::uint64_t bytes_read = 0;          ///< since start
 };
 
 class Server {
@@ -139,6 +140,7 @@ class Server {
     st.requests = requests_;
     st.accept_failures = accept_failures_;
     st.expiry_entries = deadlines_.size();
+    st.bytes_read = bytes_read_;
     for (const Conn* c : sessions_) {
       st.writing += c->state == Conn::State::writing;
       st.receive_buffer_bytes += c->in.capacity();
@@ -321,6 +323,7 @@ class Server {
     // once it is parsed, so idle connections do not hold their peak.
     std::string& in = conn.in;
     std::size_t pos = 0, end = 0;
+    Partial part;  // the request being read: its elements so far
     std::vector<std::string> argv;
     std::string err;
     bool close = false;
@@ -339,6 +342,7 @@ class Server {
                                                     asio::experimental::as_tuple(asio::use_awaitable));
       conn.state = Conn::State::busy;
       end += n;
+      bytes_read_ += n;
       if (rec) break;  // closed by the client, or stop()
       Batch b;
       const Held held(*this, b);
@@ -346,9 +350,9 @@ class Server {
       std::string tail;  // a protocol error's reply, after the batch's
       bool shutdown = false;
       for (;;) {
-        const Status st = parse(std::string_view(in.data(), end), pos, argv, err, opt_.limits);
+        const Status st = parse(std::string_view(in.data(), end), pos, part, argv, err, opt_.limits);
         if (st == Status::incomplete) {
-          if (end - pos > opt_.limits.max_request_bytes) {
+          if (part.bytes + (end - pos) > opt_.limits.max_request_bytes) {
             error(tail, "ERR Protocol error: request larger than " + std::to_string(opt_.limits.max_request_bytes) + " bytes");
             close = true;
           }
@@ -548,6 +552,7 @@ class Server {
   bool writes_cancelled_ = false;                  ///< the grace is over; io thread
   std::uint64_t requests_ = 0;                     ///< io thread
   std::uint64_t accept_failures_ = 0;              ///< io thread
+  std::uint64_t bytes_read_ = 0;                   ///< io thread
   asio::steady_timer accept_timer_{io_};           ///< the accept loop's back-off
   std::function<void()> on_stop_;
 };

@@ -94,4 +94,32 @@ TEST(RespMemory, ReceiveBuffersShrinkAfterALargeRequest) {
   EXPECT_LE(st.receive_buffer_bytes, 3U * (64U << 10));  // was over 6 MiB
 }
 
+// Regression (issue 45, item 5): the unparsed part of a request stayed in the
+// receive buffer (and was parsed again on every read) until the request was
+// complete; now the buffer holds the element in progress only.
+TEST(RespMemory, ALargeArraySentSlowlyIsTakenAsItArrives) {
+  TestServer s;
+  Client c(s.port());
+  std::vector<std::string> argv{"EXISTS"};
+  for (int i = 0; i < 60000; ++i) argv.push_back("key:" + std::to_string(i));
+  const std::string frame = kv::resp::request(argv);
+  const std::string head = frame.substr(0, frame.size() - 5);  // all but the end of the last element
+  const std::uint64_t before = s.stats().bytes_read;
+  std::size_t peak = 0;
+  for (std::size_t at = 0; at < head.size(); at += 64U << 10) {
+    c.send_raw(head.substr(at, 64U << 10));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    kv::resp::ServerStats st = s.stats();
+    while (st.bytes_read - before < std::min(head.size(), at + (64U << 10)) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+      st = s.stats();
+    }
+    peak = std::max(peak, st.receive_buffer_bytes);
+  }
+  std::printf("RespMemory: a %zu-byte array in 64 KiB writes, receive buffer at most %zu bytes\n", head.size(), peak);
+  EXPECT_LE(peak, 256U << 10);  // was the whole request (over 800 KB)
+  c.send_raw(frame.substr(head.size()));
+  EXPECT_EQ(c.reply(), integer(0));
+}
+
 }  // namespace

@@ -81,8 +81,39 @@ TEST(RespParse, ALargeCountReservesOnlyWhatArrived) {
   std::vector<std::string> argv;
   std::string err;
   std::size_t pos = 0;
-  EXPECT_EQ(kv::resp::parse("*1048576\r\n$3\r\nfoo\r\n", pos, argv, err, lim), Status::incomplete);
-  EXPECT_LT(argv.capacity(), 64U);
+  kv::resp::Partial part;
+  EXPECT_EQ(kv::resp::parse("*1048576\r\n$3\r\nfoo\r\n", pos, part, argv, err, lim), Status::incomplete);
+  EXPECT_EQ(part.argv.size(), 1U);
+  EXPECT_LT(part.argv.capacity(), 64U);
+}
+
+// Regression (issue 45, item 5): each read re-parsed an incomplete request
+// from its start (quadratic CPU for a slowly sent large array). parse()
+// resumes from a Partial: fed byte by byte, it never leaves more than the
+// element in progress unparsed, and the result is the whole request.
+TEST(RespParse, ResumesWhereItStopped) {
+  const kv::resp::Limits lim;
+  std::vector<std::string> want{"MSET"};
+  for (int i = 0; i < 2000; ++i) want.push_back("element-" + std::to_string(i));
+  const std::string frame = kv::resp::request(want) + kv::resp::request({"PING"});
+  kv::resp::Partial part;
+  std::vector<std::string> argv;
+  std::string err;
+  std::size_t pos = 0, longest_unparsed = 0;
+  std::vector<std::vector<std::string>> got;
+  for (std::size_t end = 1; end <= frame.size(); ++end) {
+    for (;;) {
+      const Status st = kv::resp::parse(std::string_view(frame).substr(0, end), pos, part, argv, err, lim);
+      ASSERT_NE(st, Status::error) << err;
+      if (st == Status::incomplete) break;
+      got.push_back(argv);
+    }
+    longest_unparsed = std::max(longest_unparsed, end - pos);
+  }
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], std::vector<std::string>{"PING"});
+  EXPECT_LE(longest_unparsed, 20U);  // "$12\r\nelement-1999\r" at most
 }
 
 // The per-key index (open addressing, deletion by backward shift) against a
