@@ -201,8 +201,10 @@ inline void spin_us(std::int64_t us) {
 /// the plan's keys, in order (for all-key commands: every slot). The op
 /// running it holds every slot's variable: mutated if p.writes, read
 /// otherwise. Never throws (see the file comment).
+/// A plan over more keys than one op may hold runs as several ops, each
+/// given the slots of keys [k0, k0 + nslots) (combine() joins their replies).
 inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::int64_t now, std::size_t max_value,
-                    std::string& out) noexcept {
+                    std::string& out, std::size_t k0 = 0) noexcept {
   using Op = Plan::Op;
   const std::size_t mark = out.size();
   try {
@@ -283,30 +285,30 @@ inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::i
       case Op::exists: {
         std::int64_t count = 0;
         for (std::size_t i = 0; i < nslots; ++i) {
-          if (Keyspace::find(slots[i], p.key(i), now, p.op == Op::del) == nullptr) continue;
+          if (Keyspace::find(slots[i], p.key(k0 + i), now, p.op == Op::del) == nullptr) continue;
           ++count;
-          if (p.op == Op::del) Keyspace::erase(slots[i], p.key(i));
+          if (p.op == Op::del) Keyspace::erase(slots[i], p.key(k0 + i));
         }
         integer(out, count);
         break;
       }
       case Op::mget:
-        array(out, nslots);
+        if (k0 == 0) array(out, p.slot_count());
         for (std::size_t i = 0; i < nslots; ++i) {
-          if (const Cell* c = Keyspace::find(slots[i], p.key(i), now, false)) bulk(out, c->value);
+          if (const Cell* c = Keyspace::find(slots[i], p.key(k0 + i), now, false)) bulk(out, c->value);
           else null_bulk(out);
         }
         break;
       case Op::mset:
         for (std::size_t i = 0; i < nslots; ++i) {
-          if (p.argv[2 + 2 * i].size() > max_value) {
+          if (p.argv[2 + 2 * (k0 + i)].size() > max_value) {
             error(out, "ERR string exceeds maximum allowed size");
             return;  // before any key changed
           }
         }
         for (std::size_t i = 0; i < nslots; ++i) {
-          Cell& c = Keyspace::upsert(slots[i], p.key(i), now);
-          c.value = p.argv[2 + 2 * i];
+          Cell& c = Keyspace::upsert(slots[i], p.key(k0 + i), now);
+          c.value = p.argv[2 + 2 * (k0 + i)];
           c.deadline_ms = 0;
         }
         simple(out, "OK");
@@ -333,7 +335,7 @@ inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::i
         simple(out, "OK");
         break;
       case Op::expire_sweep:
-        for (std::size_t i = 0; i < nslots; ++i) (void)Keyspace::find(slots[i], p.key(i), now, true);
+        for (std::size_t i = 0; i < nslots; ++i) (void)Keyspace::find(slots[i], p.key(k0 + i), now, true);
         break;
     }
   } catch (const std::exception& e) {
@@ -342,6 +344,38 @@ inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::i
     out.resize(mark);
     error(out, std::string("ERR ") + e.what());
   }
+}
+
+/// The reply of a plan run as several ops, from their replies in key order:
+/// MGET's are its elements (the first op wrote the header), counts add up,
+/// OK stays OK; a part that failed answers for the whole.
+inline std::string combine(const Plan& p, const std::vector<std::string>& parts) {
+  using Op = Plan::Op;
+  for (const std::string& part : parts) {
+    if (!part.empty() && part[0] == '-') return part;
+  }
+  std::string out;
+  switch (p.op) {
+    case Op::del:
+    case Op::exists:
+    case Op::dbsize: {
+      std::int64_t sum = 0;
+      for (const std::string& part : parts) {
+        std::int64_t n = 0;
+        (void)parse_int(std::string_view(part).substr(1, part.size() - 3), n);  // ":<n>\r\n"
+        sum += n;
+      }
+      integer(out, sum);
+      break;
+    }
+    case Op::mset:
+    case Op::flushall:
+      simple(out, "OK");
+      break;
+    default:
+      for (const std::string& part : parts) out += part;
+  }
+  return out;
 }
 
 }  // namespace kv::resp

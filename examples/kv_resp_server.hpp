@@ -72,6 +72,10 @@ struct ServerOptions {
   std::uint16_t port = 0;  ///< 0: a free port
   /// How long stop() lets pending writes finish before cancelling them.
   std::chrono::milliseconds stop_write_timeout{500};
+  /// The most keys (variables) one op names. The engine takes at most 0xFFFF
+  /// per op; the server never needs one that large: a batch, or a request,
+  /// over more keys runs as consecutive ops (Server::run()).
+  std::size_t max_keys_per_op = 16384;
   /// How long the accept loop waits after running out of descriptors.
   std::chrono::milliseconds accept_backoff{100};
 };
@@ -92,6 +96,7 @@ class Server {
   Server(asio::io_context& io, const ServerOptions& opt)
       : io_(io),
         opt_(opt),
+        max_keys_(std::clamp<std::size_t>(opt.max_keys_per_op, 1, 0xFFFF)),
         keys_(opt.shards),
         engine_(engine_options(opt)),
         acceptor_(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), opt.port)) {
@@ -188,32 +193,71 @@ class Server {
     std::int64_t now = 0;
   };
 
+
+  /// Part of a batch pushed as one op: plans [first, last), whose slots
+  /// start at b.slots[at]; or (split) keys [k0, k0 + keys) of plan `first`
+  /// alone, whose slots start at b.slots[at].
+  struct Piece {
+    std::size_t first = 0, last = 0, at = 0;
+    bool split = false;
+    std::size_t k0 = 0, keys = 0;
+  };
+
   /// Runs a batch and returns its replies in order. A read's requests go as
-  /// one op (one push and one completion for all of them), except requests
-  /// with work (SPINSET) while the engine has nothing else in flight: one op
-  /// each then, so that those on different keys run on different workers
-  /// (the engine still runs those sharing a key in read order; the replies
-  /// are joined in request order). With other batches in flight the workers
-  /// are busy already, and an op per request only adds pushes.
+  /// one op (one push and one completion for all of them), except:
+  /// - requests with work (SPINSET) while the engine has nothing else in
+  ///   flight: one op each, so that those on different keys run on different
+  ///   workers (with other batches in flight the workers are busy already,
+  ///   and an op per request only adds pushes);
+  /// - a batch over more than max_keys_ keys: consecutive ops of at most
+  ///   that many, a request over more keys (MGET, DBSIZE...) split by key.
+  /// The ops are pushed back to back from this thread, so each key sees them
+  /// at one point of its push order: together they read and write what the
+  /// one op would have, as one atomic step (the engine orders each variable's
+  /// ops by push order). The replies are joined in request order.
   asio::awaitable<std::string> run(Batch& b) {
     const bool work = std::any_of(b.plans.begin(), b.plans.end(), [](const Plan& p) { return p.op == Plan::Op::spinset; });
-    if (!work || b.plans.size() == 1 || engine_.in_flight() != 0) {
-      co_return co_await push_plans(b, 0, b.plans.size(), 0, work, opt_.inline_ok);
+    const bool each = work && b.plans.size() > 1 && engine_.in_flight() == 0;
+    if (!each && b.slots.size() <= max_keys_) {
+      co_return co_await push_piece(b, Piece{0, b.plans.size(), 0}, work, opt_.inline_ok);
+    }
+    std::vector<Piece> pieces;
+    for (std::size_t i = 0, at = 0; i < b.plans.size(); at += b.plans[i].slot_count(), ++i) {
+      const std::size_t n = b.plans[i].slot_count();
+      if (n > max_keys_) {
+        for (std::size_t k = 0; k < n; k += max_keys_) {
+          pieces.push_back(Piece{i, i + 1, at + k, true, k, std::min(max_keys_, n - k)});
+        }
+      } else if (!each && !pieces.empty() && !pieces.back().split &&
+                 (at + n) - pieces.back().at <= max_keys_) {
+        pieces.back().last = i + 1;
+      } else {
+        pieces.push_back(Piece{i, i + 1, at});
+      }
     }
     std::vector<asio::awaitable<std::string>> ops;
-    ops.reserve(b.plans.size());
+    ops.reserve(pieces.size());
     std::exception_ptr failed;
     try {
-      for (std::size_t i = 0, at = 0; i < b.plans.size(); at += b.plans[i].slot_count(), ++i) {
-        ops.push_back(push_plans(b, i, i + 1, at, work, false));  // to the workers, all of them
-      }
+      // Every op pushed now (registration is eager), before the first await.
+      for (const Piece& piece : pieces) ops.push_back(push_piece(b, piece, work, each ? false : opt_.inline_ok));
     } catch (...) {
       failed = std::current_exception();  // the ops pushed so far still use b: await them first
     }
     std::string out;
-    for (auto& op : ops) {
+    std::vector<std::string> parts;  // replies of a split plan's ops so far
+    for (std::size_t i = 0; i < ops.size(); ++i) {
       try {
-        out += co_await std::move(op);
+        std::string r = co_await std::move(ops[i]);
+        if (!pieces[i].split) {
+          out += r;
+          continue;
+        }
+        parts.push_back(std::move(r));
+        if (i + 1 == ops.size() || pieces[i + 1].first != pieces[i].first) {
+          out += combine(b.plans[pieces[i].first], parts);
+          parts.clear();
+        }
       } catch (...) {
         if (!failed) failed = std::current_exception();
       }
@@ -222,21 +266,31 @@ class Server {
     co_return out;
   }
 
-  /// Pushes plans [first, last) of b (whose keys' slots start at b.slots[at])
-  /// as one op, now (OpAttrs::inline_ok as given); the replies when awaited. Plans without keys (PING,
-  /// COMMAND, errors) have nothing to order: run here.
-  asio::awaitable<std::string> push_plans(Batch& b, std::size_t first, std::size_t last, std::size_t at, bool work,
-                                          bool inline_ok) {
+  /// Pushes a piece of b as one op, now (OpAttrs::inline_ok as given); its
+  /// replies when awaited. Plans without keys (PING, COMMAND, errors) have
+  /// nothing to order: run here.
+  asio::awaitable<std::string> push_piece(Batch& b, const Piece& piece, bool work, bool inline_ok) {
     std::vector<ordo::Var> reads, writes;
-    for (std::size_t i = first, pos = at; i < last; ++i) {
+    const std::size_t nslots =
+        piece.split ? piece.keys : [&] {
+          std::size_t n = 0;
+          for (std::size_t i = piece.first; i < piece.last; ++i) n += b.plans[i].slot_count();
+          return n;
+        }();
+    for (std::size_t i = piece.first, pos = piece.at; i < piece.last; ++i) {
       const Plan& p = b.plans[i];
-      for (std::size_t k = 0, n = p.slot_count(); k < n; ++k) (p.writes ? writes : reads).push_back(b.slots[pos + k].var);
-      pos += p.slot_count();
+      const std::size_t n = piece.split ? nslots : p.slot_count();
+      for (std::size_t k = 0; k < n; ++k) (p.writes ? writes : reads).push_back(b.slots[pos + k].var);
+      pos += n;
     }
     const std::size_t max_value = opt_.max_value_bytes;
-    auto exec = [&b, first, last, at, max_value] {
+    auto exec = [&b, piece, max_value] {
       std::string out;
-      for (std::size_t i = first, pos = at; i < last; ++i) {
+      if (piece.split) {
+        execute(b.plans[piece.first], b.slots.data() + piece.at, piece.keys, b.now, max_value, out, piece.k0);
+        return out;
+      }
+      for (std::size_t i = piece.first, pos = piece.at; i < piece.last; ++i) {
         const Plan& p = b.plans[i];
         execute(p, b.slots.data() + pos, p.slot_count(), b.now, max_value, out);
         pos += p.slot_count();
@@ -345,7 +399,7 @@ class Server {
       bytes_read_ += n;
       if (rec) break;  // closed by the client, or stop()
       Batch b;
-      const Held held(*this, b);
+      Held held(*this, b);
       b.now = now_ms();
       std::string tail;  // a protocol error's reply, after the batch's
       bool shutdown = false;
@@ -389,6 +443,7 @@ class Server {
           close = true;
         }
       }
+      held.release();
       out += tail;
       if (!out.empty()) {
         if (writes_cancelled_) break;  // stop()'s grace is over: the client would not read it in time
@@ -404,6 +459,16 @@ class Server {
 
   /// Appends a plan and the slots of its keys (io thread).
   void add(Batch& b, Plan p) {
+    if (p.op == Plan::Op::mset) {
+      // Checked here, not in the op: a split MSET must fail before any part runs.
+      for (std::size_t i = 2; i < p.argv.size(); i += 2) {
+        if (p.argv[i].size() > opt_.max_value_bytes) {
+          p = Plan{};
+          error(p.text, "ERR string exceeds maximum allowed size");
+          break;
+        }
+      }
+    }
     if (p.all_keys) {
       const std::size_t before = b.slots.size();
       keys_.all(b.slots);
@@ -420,8 +485,16 @@ class Server {
   struct Held {
     Server& srv;
     Batch& b;
+    bool released = false;
     Held(Server& s, Batch& batch) : srv(s), b(batch) {}
+    /// Releases now (once the batch's ops finished, before its replies go
+    /// out: a client that saw a reply sees the keys released).
+    void release() {
+      released = true;
+      srv.release(b);
+    }
     ~Held() {
+      if (released) return;
       try {
         srv.release(b);
       } catch (...) {
@@ -535,6 +608,7 @@ class Server {
 
   asio::io_context& io_;
   ServerOptions opt_;
+  std::size_t max_keys_;  ///< opt_.max_keys_per_op within what the engine takes
   Keyspace keys_;        ///< before engine_: the values outlive the engine's drain
   ordo::Engine engine_;  ///< drained (every op finished) before keys_ goes
   asio::ip::tcp::acceptor acceptor_;

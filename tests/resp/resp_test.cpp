@@ -494,6 +494,76 @@ TEST_P(Resp, StopAnswersWhatWasReadThenClosesIdleConnections) {
   EXPECT_EQ(rest, want);
 }
 
+// Regression (issue 45, item 2): a request, or a read's batch, over 65,536
+// or more distinct keys failed ("too many variables": the engine takes at
+// most 0xFFFF per op) and closed the connection; DBSIZE and FLUSHALL failed
+// so once the keyspace had that many keys. Such requests now run as several
+// ops pushed back to back.
+TEST_P(Resp, RequestsOverAnyNumberOfKeys) {
+  TestServer s(options());
+  Client c(s.port());
+  constexpr int n = 70000;
+  std::vector<std::string> mset{"MSET"}, mget{"MGET"}, exists{"EXISTS"}, del{"DEL"};
+  for (int i = 0; i < n; ++i) {
+    const std::string k = "key:" + std::to_string(i);
+    mset.push_back(k);
+    mset.push_back("v" + std::to_string(i));
+    mget.push_back(k);
+    exists.push_back(k);
+    if (i % 2 == 0) del.push_back(k);
+  }
+  EXPECT_EQ(c.call(mset), ok);
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(n));
+  exists.push_back("missing");
+  EXPECT_EQ(c.call(exists), integer(n));
+  std::string want = "*" + std::to_string(n) + "\r\n";
+  for (int i = 0; i < n; ++i) want += bulk("v" + std::to_string(i));
+  EXPECT_EQ(c.call(mget), want);
+  EXPECT_EQ(c.call(del), integer(n / 2));
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(n / 2));
+  // A batch of requests over as many keys, in one write.
+  std::string batch;
+  for (int i = 0; i < n; ++i) batch += kv::resp::request({"SET", "b:" + std::to_string(i), "x"});
+  batch += kv::resp::request({"DBSIZE"});
+  c.send_raw(batch);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c.reply(), ok) << i;
+  EXPECT_EQ(c.reply(), integer(n / 2 + n));
+  EXPECT_EQ(c.call({"FLUSHALL"}), ok);
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(0));
+  EXPECT_EQ(s.variables(), GetParam() == 0 ? 0U : GetParam());
+}
+
+// The same splitting at a few keys per op, where a read's batch holds many
+// split and unsplit requests: replies in order, each request atomic.
+TEST_P(Resp, RequestsSplitOverSmallOpsKeepTheirOrder) {
+  auto o = options();
+  o.max_keys_per_op = 3;
+  TestServer s(o);
+  Client c(s.port());
+  std::string batch, want;
+  for (int round = 0; round < 50; ++round) {
+    const std::string r = std::to_string(round);
+    batch += kv::resp::request({"MSET", "a", r, "b", r, "c", r, "d", r, "e", r, "f", r, "g", r});
+    want += ok;
+    batch += kv::resp::request({"INCR", "n"});
+    want += integer(round + 1);
+    batch += kv::resp::request({"MGET", "g", "f", "e", "d", "c", "b", "a", "n"});
+    want += "*8\r\n";
+    for (int i = 0; i < 7; ++i) want += bulk(r);
+    want += bulk(std::to_string(round + 1));
+    batch += kv::resp::request({"DEL", "a", "b", "x", "c", "d"});
+    want += integer(4);
+    batch += kv::resp::request({"EXISTS", "a", "e", "f", "g", "n", "b"});
+    want += integer(4);
+    batch += kv::resp::request({"DBSIZE"});
+    want += integer(4);  // e f g n
+  }
+  c.send_raw(batch);
+  std::string got;
+  for (int i = 0; i < 50 * 6; ++i) got += c.reply();
+  EXPECT_EQ(got, want);
+}
+
 // Regression (issue 45, item 1): a client that asks for large values and
 // never reads the replies blocks the server's write; stop() (SIGTERM) and another
 // client's SHUTDOWN must still end the server within its write grace.
