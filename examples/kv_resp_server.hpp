@@ -1,6 +1,7 @@
 // examples/kv_resp_server.hpp - kv_server's RESP2 mode: a Redis-protocol
 // string store embedding ordo, driven by redis-cli and redis-benchmark
-// (`kv_server --resp`; commands in kv_resp_commands.hpp, keyspace in kv_resp_keyspace.hpp).
+// (`kv_server --resp`; commands in kv_resp_commands.hpp and kv_resp_execute.hpp,
+// keyspace in kv_resp_keyspace.hpp).
 //
 // One io thread runs every connection as an Asio coroutine. Each read may
 // bring many requests (pipelining): the complete ones are planned on the io
@@ -56,6 +57,7 @@
 
 #include "kv_resp.hpp"
 #include "kv_resp_commands.hpp"
+#include "kv_resp_execute.hpp"
 
 namespace kv::resp {
 
@@ -224,7 +226,7 @@ class Server {
     std::vector<Piece> pieces;
     for (std::size_t i = 0, at = 0; i < b.plans.size(); at += b.plans[i].slot_count(), ++i) {
       const std::size_t n = b.plans[i].slot_count();
-      if (n > max_keys_) {
+      if (n > max_keys_ && b.plans[i].op != Plan::Op::msetnx) {
         for (std::size_t k = 0; k < n; k += max_keys_) {
           pieces.push_back(Piece{i, i + 1, at + k, true, k, std::min(max_keys_, n - k)});
         }
@@ -459,7 +461,12 @@ class Server {
 
   /// Appends a plan and the slots of its keys (io thread).
   void add(Batch& b, Plan p) {
-    if (p.op == Plan::Op::mset) {
+    if (p.op == Plan::Op::msetnx && p.key_count() > 0xFFFF) {
+      // Its check and its writes must be one op (run() never splits it).
+      p = Plan{};
+      error(p.text, "ERR MSETNX takes at most 65535 keys here");
+    }
+    if (p.op == Plan::Op::mset || p.op == Plan::Op::msetnx) {
       // Checked here, not in the op: a split MSET must fail before any part runs.
       for (std::size_t i = 2; i < p.argv.size(); i += 2) {
         if (p.argv[i].size() > opt_.max_value_bytes) {
@@ -472,11 +479,13 @@ class Server {
     if (p.all_keys) {
       const std::size_t before = b.slots.size();
       keys_.all(b.slots);
-      p.num = static_cast<std::int64_t>(b.slots.size() - before);
+      p.nall = b.slots.size() - before;
     } else {
       for (std::size_t i = 0, n = p.key_count(); i < n; ++i) b.slots.push_back(keys_.resolve(p.key(i)));
     }
-    if (p.op == Plan::Op::set && p.deadline_ms != 0) schedule_expiry(p.deadline_ms, p.key(0));
+    if ((p.op == Plan::Op::set && p.deadline_ms != 0) || (p.op == Plan::Op::expire && p.deadline_ms > b.now)) {
+      schedule_expiry(p.deadline_ms, p.key(0));
+    }
     b.plans.push_back(std::move(p));
   }
 
@@ -549,8 +558,8 @@ class Server {
     expiry_stop_.emplace();
     timers_.spawn(expire_at(deadline, expiry_stop_->get_token()));
   }
-  /// Sleeps until `deadline`, then has the io thread sweep (unless re-armed
-  /// or stopped meanwhile).
+  /// Sleeps until `deadline` has passed (a key lives through its deadline's
+  /// millisecond, as in Redis), then has the io thread sweep (unless re-armed or stopped meanwhile).
   ordo::Task<void> expire_at(std::int64_t deadline, std::stop_token stop) {
     // SET accepts deadlines beyond what the timer's nanoseconds can hold
     // (UBSan caught the overflow): such a sleep is the longest it can be
@@ -558,7 +567,7 @@ class Server {
     constexpr std::int64_t kLongestMs =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::duration::max()).count() / 2;
     try {
-      co_await ordo::sleep_for(engine_, std::chrono::milliseconds(std::clamp<std::int64_t>(deadline - now_ms(), 0, kLongestMs)),
+      co_await ordo::sleep_for(engine_, std::chrono::milliseconds(std::clamp<std::int64_t>(deadline + 1 - now_ms(), 0, kLongestMs)),
                                stop);
     } catch (const ordo::CancelledError&) {
       co_return;  // re-armed earlier, or stopping
@@ -578,7 +587,7 @@ class Server {
     p.writes = true;
     p.key_step = 1;
     p.argv.emplace_back("expire");
-    while (!deadlines_.empty() && deadlines_.top().first <= b.now && p.argv.size() < 1025) {
+    while (!deadlines_.empty() && deadlines_.top().first < b.now && p.argv.size() < 1025) {
       const auto& [deadline, key] = deadlines_.top();
       const auto it = expiry_of_.find(key);
       if (it != expiry_of_.end() && it->second == deadline) {
