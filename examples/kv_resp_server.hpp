@@ -73,7 +73,7 @@ struct ServerOptions {
   bool inline_ok = true;
   std::uint16_t port = 0;  ///< 0: a free port
   /// How long stop() lets pending writes finish before cancelling them.
-  std::chrono::milliseconds stop_write_timeout{500};
+  std::chrono::milliseconds stop_write_timeout{250};
   /// The most keys (variables) one op names. The engine takes at most 0xFFFF
   /// per op; the server never needs one that large: a batch, or a request,
   /// over more keys runs as consecutive ops (Server::run()).
