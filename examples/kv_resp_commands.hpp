@@ -41,7 +41,6 @@ struct Plan {
   std::string text;              ///< reply ops: the reply; KEYS / SCAN: the pattern
   std::int64_t num = 0;          ///< INCRBY delta, SPINSET us, GETRANGE start, SETRANGE offset
   std::int64_t num2 = 0;         ///< GETRANGE end
-  long double fnum = 0;          ///< INCRBYFLOAT increment
   std::int64_t deadline_ms = 0;  ///< SET EX/PX/EXAT/PXAT, EXPIRE...: absolute deadline (now_ms() clock)
   std::uint8_t cond = 0;         ///< SET NX = 1, XX = 2; EXPIRE also GT = 4, LT = 8
   bool get = false;              ///< SET GET, GETSET: reply with the old value
@@ -108,7 +107,9 @@ inline Plan plan(std::vector<std::string>&& argv, std::int64_t now) {
     p.writes = writes;
     p.all_keys = true;
   };
-  const std::string not_int = "ERR value is not an integer or out of range";
+  // A literal, not a std::string: plan() runs for every request, and a
+  // string of this length would be a heap allocation each time.
+  constexpr const char* not_int = "ERR value is not an integer or out of range";
   // SET's expiry argument (Redis's getExpireMillisecondsOrReply): a positive
   // integer, absolute (EXAT/PXAT) or from now (EX/PX), within int64 ms.
   auto set_deadline = [&](std::string_view arg, bool seconds, bool absolute, std::string& error_text) {
@@ -214,7 +215,8 @@ inline Plan plan(std::vector<std::string>&& argv, std::int64_t now) {
   } else if (lower == "incrbyfloat") {
     if (n != 3) return arity();
     one(Op::incrbyfloat, true);
-    if (!string2ld(p.argv[2], p.fnum)) return err("ERR value is not a valid float");
+    long double incr = 0;  // checked here, parsed again by execute(): a Plan holds no long double
+    if (!string2ld(p.argv[2], incr)) return err("ERR value is not a valid float");
   } else if (lower == "append") {
     if (n != 3) return arity();
     one(Op::append, true);

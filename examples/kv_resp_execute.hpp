@@ -153,7 +153,9 @@ inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::i
           error(out, "ERR value is not a valid float");
           break;
         }
-        v += p.fnum;
+        long double incr = 0;
+        (void)string2ld(p.argv[2], incr);  // plan() checked it
+        v += incr;
         if (std::isnan(v) || std::isinf(v)) {
           error(out, "ERR increment would produce NaN or Infinity");
           break;
