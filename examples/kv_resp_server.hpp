@@ -12,15 +12,17 @@
 // them writing it) run in the order the server accepted them, the rest in
 // parallel on the engine's workers, and the io thread keeps serving other
 // connections meanwhile. MGET / MSET / DEL name all their keys in one op: a
-// consistent snapshot, an all-or-nothing transaction.
+// consistent snapshot, an all-or-nothing transaction. Past max_keys_per_op
+// keys (the engine takes at most 0xFFFF variables per op), a batch or a
+// request runs as several ops pushed back to back, which keeps both (run()).
 //
 // Errors: a failed command answers "-ERR ..." and changes nothing
 // (execute() never throws, so no error is ever stored on a key's variable).
 // A malformed or too large request gets "-ERR Protocol error: ..." after
 // the replies of the requests before it, and its connection is closed;
-// nothing else is affected.
+// nothing else is affected. Out of memory, likewise "-ERR out of memory".
 //
-// Expiry (SET EX/PX): lazily, on access (a value past its deadline is
+// Expiry (SET EX/PX, EXPIRE...): lazily, on access (a value past its deadline is
 // absent), plus one sleep of the engine's timer (ordo::sleep_for) for the
 // earliest deadline, after which the io thread pushes an op erasing the keys
 // whose deadline passed.
