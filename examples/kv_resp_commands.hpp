@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -275,8 +277,14 @@ inline Plan plan(std::vector<std::string>&& argv, std::int64_t now) {
   } else if (lower == "scan") {
     // One call returns every key (cursor 0 back): COUNT is a hint in Redis too.
     if (n < 2) return arity();
-    std::int64_t cursor = 0;
-    if (!string2ll(p.argv[1], cursor)) return err("ERR invalid cursor");
+    // Redis reads the cursor with strtoul: digits up to a NUL, no leading space.
+    const std::string cursor(c_str(p.argv[1]));
+    char* end = nullptr;
+    errno = 0;
+    (void)std::strtoul(cursor.c_str(), &end, 10);
+    if (std::isspace(static_cast<unsigned char>(cursor[0])) || *end != '\0' || errno == ERANGE) {
+      return err("ERR invalid cursor");
+    }
     if (n % 2 != 0) return err("ERR syntax error");
     all(Op::scan, false);
     p.text = "*";

@@ -181,7 +181,8 @@ class Generator {
     } else if (up == "KEYS") {
       a.push_back(pattern());
     } else if (up == "SCAN") {
-      a.push_back(pick(10) == 0 ? "x" : "0");
+      static const char* cursors[] = {"x", "", " 1", "1x", "99999999999999999999999", "-0"};  // "" and "-0" are 0
+      a.push_back(pick(5) == 0 ? cursors[pick(std::size(cursors))] : "0");
       if (pick(2)) {
         a.push_back("MATCH");
         a.push_back(pattern());
