@@ -33,19 +33,24 @@
 #include <vector>
 
 #include "kv_resp.hpp"
+#include "kv_resp_redis.hpp"
 
 namespace kv::resp {
 
-/// Milliseconds on the steady clock (deadlines of EX/PX).
-inline std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+/// How Redis would hold a value (OBJECT ENCODING): it depends on the
+/// command that wrote it, so it is kept beside the value.
+enum class Encoding : std::uint8_t { int_, embstr, raw };
+inline Encoding encoding_of(std::string_view v) {
+  std::int64_t n = 0;
+  if (v.size() <= 20 && string2ll(v, n)) return Encoding::int_;
+  return v.size() <= 44 ? Encoding::embstr : Encoding::raw;
 }
 
 struct Cell {
   std::string value;
-  std::int64_t deadline_ms = 0;  ///< 0: no expiry; else now_ms() at which the key expires
+  std::int64_t deadline_ms = 0;  ///< 0: no expiry; else now_ms() after which the key is gone
   bool present = false;          ///< per-key mode: the entry outlives its key until released
+  Encoding enc = Encoding::raw;
 };
 
 /// Heterogeneous lookup (find by string_view, no temporary string).
@@ -218,15 +223,10 @@ class Keyspace {
     if (s.entry == nullptr || --s.entry->held != 0 || s.entry->cell.present) return;
     drop(s.entry);
   }
-  /// As release, for slots from all().
-  void release_all(const std::vector<Slot>& slots) {
+  /// As release, for n slots from all().
+  void release_all(const Slot* slots, std::size_t n) {
     if (!per_key()) return;
-    for (const Slot& s : slots) --s.entry->held;
-    std::vector<Entry*> gone;
-    entries_.for_each([&](Entry* e) {
-      if (e->held == 0 && !e->cell.present) gone.push_back(e);
-    });
-    for (Entry* e : gone) drop(e);
+    for (std::size_t i = 0; i < n; ++i) release(slots[i]);
   }
   /// Keys with a variable right now (per-key mode; shards: their count).
   [[nodiscard]] std::size_t variables() const { return per_key() ? entries_.size() : shards_.size(); }
@@ -244,7 +244,7 @@ class Keyspace {
       c = &s.entry->cell;
       if (!c->present) return nullptr;
     }
-    if (c->deadline_ms != 0 && c->deadline_ms <= now) {
+    if (c->deadline_ms != 0 && c->deadline_ms < now) {  // Redis: expired once now > deadline
       if (writing) erase(s, key);
       return nullptr;
     }
@@ -253,9 +253,9 @@ class Keyspace {
   /// The value of key, created empty if absent (mutating ops only).
   static Cell& upsert(const Slot& s, std::string_view key, std::int64_t now) {
     if (Cell* c = find(s, key, now, true)) return *c;
-    if (s.shard != nullptr) return s.shard->cells.emplace(std::string(key), Cell{{}, 0, true}).first->second;
+    if (s.shard != nullptr) return s.shard->cells.emplace(std::string(key), Cell{{}, 0, true, Encoding::raw}).first->second;
     Cell& c = s.entry->cell;
-    c = Cell{{}, 0, true};
+    c = Cell{{}, 0, true, Encoding::raw};
     return c;
   }
   static void erase(const Slot& s, std::string_view key) {

@@ -22,7 +22,7 @@ cd "$root"
 # Open MPI: ordo::dist and its tests (run under mpirun, 2 and 4 ranks).
 # redis-tools: redis-cli and redis-benchmark drive kv_server --resp in the tests (label resp).
 packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev
-          libopenmpi-dev openmpi-bin redis-tools)
+          libopenmpi-dev openmpi-bin redis-tools redis-server)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
 # fio for bench/io/; redis-server for bench/resp/) and valgrind for the

@@ -3,8 +3,15 @@
 // key-to-variable schemes, expiry, and MGET/MSET/INCR under concurrency.
 // redis-cli and redis-benchmark drive the real program in
 // redis_cli_test.sh / redis_benchmark_test.sh; fuzz_test.cpp feeds garbage.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -67,6 +74,48 @@ TEST(RespParse, MalformedAndTooLarge) {
   EXPECT_NE(err.find("larger than 100 bytes"), std::string::npos) << err;
 }
 
+// Regression (issue 45, item 7): a header alone must not reserve the storage
+// of the element count it claims (a bare "*1048576" reserved 32 MB).
+TEST(RespParse, ALargeCountReservesOnlyWhatArrived) {
+  const kv::resp::Limits lim;
+  std::vector<std::string> argv;
+  std::string err;
+  std::size_t pos = 0;
+  kv::resp::Partial part;
+  EXPECT_EQ(kv::resp::parse("*1048576\r\n$3\r\nfoo\r\n", pos, part, argv, err, lim), Status::incomplete);
+  EXPECT_EQ(part.argv.size(), 1U);
+  EXPECT_LT(part.argv.capacity(), 64U);
+}
+
+// Regression (issue 45, item 5): each read re-parsed an incomplete request
+// from its start (quadratic CPU for a slowly sent large array). parse()
+// resumes from a Partial: fed byte by byte, it never leaves more than the
+// element in progress unparsed, and the result is the whole request.
+TEST(RespParse, ResumesWhereItStopped) {
+  const kv::resp::Limits lim;
+  std::vector<std::string> want{"MSET"};
+  for (int i = 0; i < 2000; ++i) want.push_back("element-" + std::to_string(i));
+  const std::string frame = kv::resp::request(want) + kv::resp::request({"PING"});
+  kv::resp::Partial part;
+  std::vector<std::string> argv;
+  std::string err;
+  std::size_t pos = 0, longest_unparsed = 0;
+  std::vector<std::vector<std::string>> got;
+  for (std::size_t end = 1; end <= frame.size(); ++end) {
+    for (;;) {
+      const Status st = kv::resp::parse(std::string_view(frame).substr(0, end), pos, part, argv, err, lim);
+      ASSERT_NE(st, Status::error) << err;
+      if (st == Status::incomplete) break;
+      got.push_back(argv);
+    }
+    longest_unparsed = std::max(longest_unparsed, end - pos);
+  }
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], std::vector<std::string>{"PING"});
+  EXPECT_LE(longest_unparsed, 20U);  // "$12\r\nelement-1999\r" at most
+}
+
 // The per-key index (open addressing, deletion by backward shift) against a
 // std::unordered_map over random inserts, erases and lookups: runs wrap the
 // table's end and grow it, so a shift that breaks a probe run loses a key.
@@ -103,6 +152,55 @@ TEST(RespKeyIndex, RandomInsertsAndErasesMatchAMap) {
       ASSERT_EQ(seen, model.size());
     }
   }
+}
+
+// Regression (issue 45, item 6): out of file descriptors, every accept
+// failed at once and the accept loop spun at 100% CPU until some were freed.
+// The process (test and server share it) runs out under a lowered
+// RLIMIT_NOFILE while a client waits in the listen backlog.
+TEST(RespAccept, OutOfDescriptorsTheAcceptLoopBacksOff) {
+  TestServer s;
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    highest = std::max(highest, std::stoi(e.path().filename().string()));
+  }
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(highest) + 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> hogs;
+  for (int fd; (fd = ::dup(0)) >= 0;) hogs.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  ::close(hogs.back());  // one for the client; none left for the server's accept
+  hogs.pop_back();
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(s.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);  // completes in the backlog
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.stats().accept_failures == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  const std::uint64_t before = s.stats().accept_failures;
+  // A window to count the failed accepts in (a rate is what is tested).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::uint64_t failures = s.stats().accept_failures - before;
+  for (int fd : hogs) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::printf("RespAccept: %llu failed accepts in 300 ms out of descriptors\n", static_cast<unsigned long long>(failures));
+  EXPECT_GE(before, 1U);
+  EXPECT_LE(failures, 10U);  // a back-off of 100 ms: about 3
+  // Descriptors are back: the waiting client is accepted and served.
+  const std::string ping = kv::resp::request({"PING"});
+  ASSERT_EQ(::write(client, ping.data(), ping.size()), static_cast<ssize_t>(ping.size()));
+  char buf[16] = {};
+  timeval tv{30, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  EXPECT_EQ(::read(client, buf, sizeof buf), 7);
+  EXPECT_EQ(std::string(buf), "+PONG\r\n");
+  ::close(client);
 }
 
 class Resp : public ::testing::TestWithParam<unsigned> {  // shards (0: a variable per key)
@@ -394,6 +492,116 @@ TEST_P(Resp, StopAnswersWhatWasReadThenClosesIdleConnections) {
   std::string want;
   for (int i = 2; want.size() < rest.size(); ++i) want += integer(i);
   EXPECT_EQ(rest, want);
+}
+
+// Regression (issue 45, item 2): a request, or a read's batch, over 65,536
+// or more distinct keys failed ("too many variables": the engine takes at
+// most 0xFFFF per op) and closed the connection; DBSIZE and FLUSHALL failed
+// so once the keyspace had that many keys. Such requests now run as several
+// ops pushed back to back.
+TEST_P(Resp, RequestsOverAnyNumberOfKeys) {
+  TestServer s(options());
+  Client c(s.port());
+  constexpr int n = 70000;
+  std::vector<std::string> mset{"MSET"}, mget{"MGET"}, exists{"EXISTS"}, del{"DEL"};
+  for (int i = 0; i < n; ++i) {
+    const std::string k = "key:" + std::to_string(i);
+    mset.push_back(k);
+    mset.push_back("v" + std::to_string(i));
+    mget.push_back(k);
+    exists.push_back(k);
+    if (i % 2 == 0) del.push_back(k);
+  }
+  EXPECT_EQ(c.call(mset), ok);
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(n));
+  exists.push_back("missing");
+  EXPECT_EQ(c.call(exists), integer(n));
+  std::string want = "*" + std::to_string(n) + "\r\n";
+  for (int i = 0; i < n; ++i) want += bulk("v" + std::to_string(i));
+  EXPECT_EQ(c.call(mget), want);
+  EXPECT_EQ(c.call(del), integer(n / 2));
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(n / 2));
+  // A batch of requests over as many keys, in one write.
+  std::string batch;
+  for (int i = 0; i < n; ++i) batch += kv::resp::request({"SET", "b:" + std::to_string(i), "x"});
+  batch += kv::resp::request({"DBSIZE"});
+  c.send_raw(batch);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c.reply(), ok) << i;
+  EXPECT_EQ(c.reply(), integer(n / 2 + n));
+  EXPECT_EQ(c.call({"FLUSHALL"}), ok);
+  EXPECT_EQ(c.call({"DBSIZE"}), integer(0));
+  EXPECT_EQ(s.variables(), GetParam() == 0 ? 0U : GetParam());
+}
+
+// The same splitting at a few keys per op, where a read's batch holds many
+// split and unsplit requests: replies in order, each request atomic.
+TEST_P(Resp, RequestsSplitOverSmallOpsKeepTheirOrder) {
+  auto o = options();
+  o.max_keys_per_op = 3;
+  TestServer s(o);
+  Client c(s.port());
+  std::string batch, want;
+  for (int round = 0; round < 50; ++round) {
+    const std::string r = std::to_string(round);
+    batch += kv::resp::request({"MSET", "a", r, "b", r, "c", r, "d", r, "e", r, "f", r, "g", r});
+    want += ok;
+    batch += kv::resp::request({"INCR", "n"});
+    want += integer(round + 1);
+    batch += kv::resp::request({"MGET", "g", "f", "e", "d", "c", "b", "a", "n"});
+    want += "*8\r\n";
+    for (int i = 0; i < 7; ++i) want += bulk(r);
+    want += bulk(std::to_string(round + 1));
+    batch += kv::resp::request({"DEL", "a", "b", "x", "c", "d"});
+    want += integer(4);
+    batch += kv::resp::request({"EXISTS", "a", "e", "f", "g", "n", "b"});
+    want += integer(4);
+    batch += kv::resp::request({"DBSIZE"});
+    want += integer(4);  // e f g n
+  }
+  c.send_raw(batch);
+  std::string got;
+  for (int i = 0; i < 50 * 6; ++i) got += c.reply();
+  EXPECT_EQ(got, want);
+}
+
+// Regression (issue 45, item 1): a client that asks for large values and
+// never reads the replies blocks the server's write; stop() (SIGTERM) and another
+// client's SHUTDOWN must still end the server within its write grace.
+TEST_P(Resp, StopEndsAConnectionThatDoesNotReadItsReplies) {
+  for (const bool by_shutdown : {false, true}) {
+    SCOPED_TRACE(by_shutdown ? "SHUTDOWN" : "stop()");
+    auto o = options();
+    o.stop_write_timeout = std::chrono::milliseconds(200);
+    TestServer s(o);
+    Client stuck(s.port());
+    EXPECT_EQ(stuck.call({"SET", "big", std::string(1U << 20, 'v')}), ok);
+    // One request (one read, one write) whose 64 MiB reply cannot fit the
+    // socket buffers: wait until its write blocks.
+    std::vector<std::string> mget(65, "big");
+    mget[0] = "MGET";
+    stuck.send(mget);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto blocked = [&] {
+      const kv::resp::ServerStats st = s.stats();
+      return st.requests == 2 && st.writing == 1;  // the MGET's write, not the SET's
+    };
+    while (!blocked() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    ASSERT_TRUE(blocked());
+    const auto t0 = std::chrono::steady_clock::now();
+    if (by_shutdown) {
+      Client admin(s.port());
+      admin.send({"SHUTDOWN"});
+      EXPECT_EQ(admin.read_to_eof(), "");
+    } else {
+      s.post_stop();
+    }
+    const bool stopped = s.wait_stopped(std::chrono::seconds(5));
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    std::printf("%s: stopped in %lld ms\n", by_shutdown ? "SHUTDOWN" : "stop()", static_cast<long long>(took.count()));
+    EXPECT_TRUE(stopped) << "the server waited for a client that does not read";
+    EXPECT_LT(took, std::chrono::seconds(2));
+    stuck.close();  // unblocks a server that did not stop, so the test ends either way
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, Resp, ::testing::Values(0U, 8U),

@@ -7,6 +7,7 @@
 #include <sys/time.h>
 
 #include <asio.hpp>
+#include <chrono>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -24,7 +25,11 @@ class TestServer {
     if (opt.threads == 0) opt.threads = 2;
     server_ = std::make_unique<kv::resp::Server>(io_, opt);
     server_->start();
-    thread_ = std::thread([this] { io_.run(); });
+    stopped_ = ran_.get_future();
+    thread_ = std::thread([this] {
+      io_.run();
+      ran_.set_value();
+    });
   }
   ~TestServer() {
     asio::post(io_, [this] { server_->stop(); });
@@ -41,10 +46,27 @@ class TestServer {
     asio::post(io_, [&] { p.set_value(server_->variables()); });
     return p.get_future().get();
   }
+  /// The server's counters now (read on the io thread).
+  kv::resp::ServerStats stats() {
+    std::promise<kv::resp::ServerStats> p;
+    asio::post(io_, [&] { p.set_value(server_->stats()); });
+    return p.get_future().get();
+  }
+  /// Has the server stop (as SIGTERM does) without waiting for it.
+  void post_stop() {
+    asio::post(io_, [this] { server_->stop(); });
+  }
+  /// Waits until the server's io thread has returned (every connection
+  /// closed), at most `limit`; true if it has.
+  bool wait_stopped(std::chrono::milliseconds limit) {
+    return stopped_.wait_for(limit) == std::future_status::ready;
+  }
 
  private:
   asio::io_context io_;  // before server_: outlives the engine's last handlers
   std::unique_ptr<kv::resp::Server> server_;
+  std::promise<void> ran_;
+  std::future<void> stopped_;
   std::thread thread_;
 };
 
@@ -94,6 +116,11 @@ class Client {
     }
   }
   void shutdown_send() { sock_.shutdown(asio::ip::tcp::socket::shutdown_send); }
+  /// Closes the connection (unread replies are dropped).
+  void close() {
+    asio::error_code ec;
+    sock_.close(ec);
+  }
 
  private:
   void fill(std::size_t need) {
