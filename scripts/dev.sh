@@ -20,14 +20,15 @@ cd "$root"
 
 # clang: the consumer test (tests/consumer) also builds against the install with clang++.
 # Open MPI: ordo::dist and its tests (run under mpirun, 2 and 4 ranks).
-# redis-tools: redis-cli and redis-benchmark drive kv_server --resp in the tests (label resp).
+# redis-tools: redis-cli and redis-benchmark drive kv_server --resp in the tests (label resp);
+# redis-server: the differential test sends the same commands to it and to kv_server.
 packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin redis-tools redis-server)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
-# fio for bench/io/; redis-server for bench/resp/) and valgrind for the
-# instruction counts. Builds and tests never need them.
-bench_packages=(libomp-dev libtbb-dev libstarpu-dev valgrind fio redis-server)
+# fio for bench/io/) and valgrind for the instruction counts. Builds and
+# tests never need them.
+bench_packages=(libomp-dev libtbb-dev libstarpu-dev valgrind fio)
 
 install_missing() {  # [extra packages...]
   local missing=()
