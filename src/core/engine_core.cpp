@@ -356,37 +356,16 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   }
   if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
 
-  // Lock every variable in address order (the global lock order), so the
-  // whole push is one atomic step with respect to every other push.
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    v->lock.lock();
-    if (v->gen != specs[i].gen) [[unlikely]] {
-      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
-      if (prof_ != nullptr) prof_->on_push_failed(op);
-      throw Error(Errc::deleted_var,
-                  "push of " + op_label(attrs.name) + ": var " + std::to_string(v->id) + " was deleted");
-    }
+  // Every variable locked (the whole push is one atomic step with respect
+  // to every other push), none stale, then each access granted or queued.
+  lock_vars<false>(specs, n);
+  if (const std::size_t i = first_stale(specs, n); i != n) [[unlikely]] {
+    unlock_vars(specs, n);
+    if (prof_ != nullptr) prof_->on_push_failed(op);
+    throw Error(Errc::deleted_var,
+                "push of " + op_label(attrs.name) + ": var " + std::to_string(specs[i].var->id) + " was deleted");
   }
-  std::int32_t granted = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    AccessNode* a = link_access(op, i, specs[i]);
-    if (is_delete) {
-      ++v->gen;  // every handle to v is stale from now on
-      v->deleted = true;
-    }
-    if (v->free_for(a->write())) {
-      v->grant(a->write(), op);
-      if (live(v->error)) inherit(op, v->error);
-      ++granted;
-    } else if (v->tail != nullptr) {
-      v->tail->next = a;
-      v->tail = a;
-    } else {
-      v->head = v->tail = a;
-    }
-  }
+  const std::int32_t granted = grant_or_queue(op, specs, n, is_delete);
   // An op that runs to completion inside this push is never seen by another
   // thread as in flight (a wait on another thread is not ordered with this
   // push), so it is not counted: no locked add here and subtract at the end.
@@ -399,7 +378,7 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   const bool here = placed && at.where == Place::now && op->kind < OpKind::wait_var && !op_fn(op).is_async();
   op->counted = !here;
   if (!here) in_flight_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
+  unlock_vars(specs, n);
 
   if (here) {
     run_now(op);
@@ -432,36 +411,27 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   // step), each one free for this access and carrying no live error (a
   // skip), and no handle stale (the usual push throws for it). The list is
   // as the caller gave it (sorting costs more than the rest of the push; an
-  // operator's copy may be stale), so it is locked only with try_lock: never
+  // operator's copy may be stale), so it is locked without waiting: never
   // waiting while holding a lock, whatever the order. A variable listed
-  // twice fails its second try_lock: the usual push merges the two.
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    if (!v->lock.try_lock()) {
-      for (std::size_t j = 0; j < i; ++j) specs[j].var->lock.unlock();
-      return Direct::normalized;
-    }
-    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) {
-      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
-      return Direct::normalized;
-    }
+  // twice fails its second try: the usual push merges the two.
+  if (!lock_vars<true>(specs, n)) return Direct::normalized;
+  if (!all_grantable(specs, n)) {
+    unlock_vars(specs, n);
+    return Direct::normalized;
   }
   if (oper != nullptr) {
     // Still the operator the handle names (delete_operator bumps `gen`
     // before it takes specs[0]'s lock): then the copy was its list and
     // specs[0] its access[0]. Counted while that lock is held.
     if (oper->gen.load(std::memory_order_relaxed) != oper_gen) {
-      for (std::size_t j = 0; j < n; ++j) specs[j].var->lock.unlock();
+      unlock_vars(specs, n);
       return Direct::normalized;
     }
     ++oper->direct_runs;
     run.oper = oper;
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    v->grant(specs[i].write, nullptr);  // the direct path: no record
-    v->lock.unlock();
-  }
+  grant_all(specs, n, nullptr);  // the direct path: no record
+  unlock_vars(specs, n);
   ThreadState& ts = t_state;
   run.specs = specs;
   run.n = static_cast<std::uint32_t>(n);
@@ -483,20 +453,17 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
   // engine's posts and pushes from inside an op).
   ReadyList ready;
   bool release_oper = false;
-  for (std::uint32_t i = 0; i < run.n; ++i) {
-    VarRecord* v = run.specs[i].var;
-    v->lock.lock();
-    v->release_access(run.specs[i].write, run.error_to_awaiter ? nullptr : own);
-    if (i == 0 && run.oper != nullptr) [[unlikely]] {
-      // Guarded by this lock (specs[0] is the operator's access[0]).
-      if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
-        run.oper->release_deferred = false;
-        release_oper = true;
-      }
-    }
-    grant_waiting<false>(v, ready, nullptr);
-    v->lock.unlock();
-  }
+  release_all<false>(run.specs, run.n, run.error_to_awaiter ? nullptr : own, ready, nullptr,
+                     [&](std::size_t i, VarRecord*) {
+                       if (i == 0 && run.oper != nullptr) [[unlikely]] {
+                         // Guarded by this lock (specs[0] is the operator's access[0]).
+                         if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
+                           run.oper->release_deferred = false;
+                           release_oper = true;
+                         }
+                       }
+                       return true;
+                     });
   release(own);
   if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
   if (!ready.empty() || !ts.inline_ops.empty()) [[unlikely]] {
@@ -535,13 +502,10 @@ inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const 
 bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
   // All variables locked in address order (the push's atomic step), each one
   // free for this access and carrying no live error, or nothing is granted.
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    v->lock.lock();
-    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) {
-      for (std::size_t j = 0; j <= i; ++j) specs[j].var->lock.unlock();
-      return false;
-    }
+  lock_vars<false>(specs, n);
+  if (!all_grantable(specs, n)) {
+    unlock_vars(specs, n);
+    return false;
   }
   // The (prepared) record as submit() then execute() would leave it: every
   // access granted (not queued), counted in flight before the unlock that
@@ -549,16 +513,13 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   // against the in-flight bound).
   op->kind = OpKind::fn;
   op->wait.store(0, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    link_access(op, i, specs[i]);
-    v->grant(specs[i].write, op);
-  }
+  for (std::size_t i = 0; i < n; ++i) link_access(op, i, specs[i]);
+  grant_all(specs, n, op);
   op->counted = true;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   op->async_started = true;
   async_started_.fetch_add(1, std::memory_order_relaxed);
-  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
+  unlock_vars(specs, n);
   return true;
 }
 
@@ -861,6 +822,92 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
   release(make_error(std::move(e), op_name));
 }
 
+// ---------------------------------------------------------------------------
+// Grants: the one place that locks an op's variables, grants or queues its
+// accesses, and on release grants what waits and collects the ops made ready.
+
+template <bool TryOnly>
+inline bool EngineCore::lock_vars(const AccessSpec* specs, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (TryOnly) {
+      if (!specs[i].var->lock.try_lock()) {
+        unlock_vars(specs, i);
+        return false;
+      }
+    } else {
+      specs[i].var->lock.lock();
+    }
+  }
+  return true;
+}
+
+inline void EngineCore::unlock_vars(const AccessSpec* specs, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
+}
+
+inline std::size_t EngineCore::first_stale(const AccessSpec* specs, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (specs[i].var->gen != specs[i].gen) [[unlikely]] return i;
+  }
+  return n;
+}
+
+inline bool EngineCore::all_grantable(const AccessSpec* specs, std::size_t n) const noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const VarRecord* v = specs[i].var;
+    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) return false;
+  }
+  return true;
+}
+
+inline void EngineCore::grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by) noexcept {
+  for (std::size_t i = 0; i < n; ++i) specs[i].var->grant(specs[i].write, by);
+}
+
+inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n,
+                                               bool is_delete) noexcept {
+  std::int32_t granted = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
+    AccessNode* a = link_access(op, i, specs[i]);
+    if (is_delete) {
+      ++v->gen;  // every handle to v is stale from now on
+      v->deleted = true;
+    }
+    if (v->free_for(a->write())) {
+      v->grant(a->write(), op);
+      if (live(v->error)) inherit(op, v->error);
+      ++granted;
+    } else if (v->tail != nullptr) {
+      v->tail->next = a;
+      v->tail = a;
+    } else {
+      v->head = v->tail = a;
+    }
+  }
+  return granted;
+}
+
+namespace {
+inline VarRecord* var_of(const AccessNode& a) noexcept { return a.var(); }
+inline bool write_of(const AccessNode& a) noexcept { return a.write(); }
+inline VarRecord* var_of(const AccessSpec& a) noexcept { return a.var; }
+inline bool write_of(const AccessSpec& a) noexcept { return a.write; }
+}  // namespace
+
+template <bool Profiled, class Access, class UnderLock>
+inline void EngineCore::release_all(const Access* list, std::size_t n, ErrorRecord* outcome, ReadyList& ready,
+                                    const OpRecord* by, UnderLock&& under_lock) {
+  for (std::size_t i = 0; i < n; ++i) prefetch_for_write(var_of(list[i]));
+  for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = var_of(list[i]);
+    v->lock.lock();
+    v->release_access(write_of(list[i]), outcome);
+    if (under_lock(i, v)) grant_waiting<Profiled>(v, ready, by);
+    v->lock.unlock();
+  }
+}
+
 template <bool Profiled>
 void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] const OpRecord* by) {
   auto grant = [&](AccessNode* a) {
@@ -887,19 +934,13 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
 template <bool Profiled>
 inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
-  for (std::uint16_t i = 0; i < op->n_access; ++i) prefetch_for_write(op->access[i].var());
-  for (std::uint16_t i = 0; i < op->n_access; ++i) {
-    const AccessNode& a = op->access[i];
-    VarRecord* v = a.var();
-    v->lock.lock();
-    v->release_access(a.write(), outcome);
+  release_all<Profiled>(op->access, op->n_access, outcome, ready, op, [&](std::size_t, VarRecord* v) {
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty
-    } else {
-      grant_waiting<Profiled>(v, ready, op);
+      return false;
     }
-    v->lock.unlock();
-  }
+    return true;
+  });
   return deleted;
 }
 

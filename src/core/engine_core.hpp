@@ -238,6 +238,37 @@ class EngineCore final : public PoolHost {
     return e != nullptr && e->epoch > cleared_epoch_.load(std::memory_order_relaxed);
   }
   void inherit(OpRecord* op, ErrorRecord* e) const noexcept;
+  // Grants (engine_core.cpp): the one place that locks an op's variables,
+  // grants or queues its accesses, and on release grants what waits behind
+  // them. A push, the direct path, a lease granted at push and a
+  // completion all go through these; nothing else locks variables to
+  // grant or release.
+
+  /// Locks the variables of `specs`: in address order (the global lock
+  /// order), waiting; with TryOnly in the given order without waiting, and
+  /// false (none held) if one is held.
+  template <bool TryOnly>
+  static bool lock_vars(const AccessSpec* specs, std::size_t n) noexcept;
+  static void unlock_vars(const AccessSpec* specs, std::size_t n) noexcept;
+  /// Under the locks: the first access whose variable was deleted since its
+  /// handle was made, or n.
+  static std::size_t first_stale(const AccessSpec* specs, std::size_t n) noexcept;
+  /// Under the locks: every access may be granted now (its variable current,
+  /// free for it and carrying no live error).
+  bool all_grantable(const AccessSpec* specs, std::size_t n) const noexcept;
+  /// Under the locks: grants every access (all_grantable was true); `by`
+  /// the op that holds them (null: the direct path).
+  static void grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by) noexcept;
+  /// Under the locks: links op's accesses; grants those free now (the op
+  /// inherits their errors) and queues the rest; returns how many it granted.
+  std::int32_t grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n, bool is_delete) noexcept;
+  /// Ends granted accesses (op->access or a direct run's specs): each under
+  /// its variable's lock, released with `outcome`; then, where
+  /// under_lock(i, v) says so, what waits behind it is granted and the ops
+  /// that makes ready collected in `ready`.
+  template <bool Profiled, class Access, class UnderLock>
+  void release_all(const Access* list, std::size_t n, ErrorRecord* outcome, ReadyList& ready, const OpRecord* by,
+                   UnderLock&& under_lock);
   /// Completion: releases op's accesses, collects the ops they make ready;
   /// returns the variable a delete_var op deleted. Profiled: records edges.
   template <bool Profiled>
