@@ -358,9 +358,8 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
 
   // Every variable locked (the whole push is one atomic step with respect
   // to every other push), none stale, then each access granted or queued.
-  lock_vars<false>(specs, n);
-  if (const std::size_t i = first_stale(specs, n); i != n) [[unlikely]] {
-    unlock_vars(specs, n);
+  if (const std::size_t i = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
+      i != n) [[unlikely]] {
     if (prof_ != nullptr) prof_->on_push_failed(op);
     throw Error(Errc::deleted_var,
                 "push of " + op_label(attrs.name) + ": var " + std::to_string(specs[i].var->id) + " was deleted");
@@ -414,9 +413,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
   // operator's copy may be stale), so it is locked without waiting: never
   // waiting while holding a lock, whatever the order. A variable listed
   // twice fails its second try: the usual push merges the two.
-  if (!lock_vars<true>(specs, n)) return Direct::normalized;
-  if (!all_grantable(specs, n)) {
-    unlock_vars(specs, n);
+  if (lock_vars<true>(specs, n, [this](const AccessSpec& a) { return grantable(a); }) != n) {
     return Direct::normalized;
   }
   if (oper != nullptr) {
@@ -430,8 +427,7 @@ inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const Access
     ++oper->direct_runs;
     run.oper = oper;
   }
-  grant_all(specs, n, nullptr);  // the direct path: no record
-  unlock_vars(specs, n);
+  grant_all(specs, n, nullptr, /*unlock=*/true);  // the direct path: no record
   ThreadState& ts = t_state;
   run.specs = specs;
   run.n = static_cast<std::uint32_t>(n);
@@ -502,11 +498,7 @@ inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const 
 bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
   // All variables locked in address order (the push's atomic step), each one
   // free for this access and carrying no live error, or nothing is granted.
-  lock_vars<false>(specs, n);
-  if (!all_grantable(specs, n)) {
-    unlock_vars(specs, n);
-    return false;
-  }
+  if (lock_vars<false>(specs, n, [this](const AccessSpec& a) { return grantable(a); }) != n) return false;
   // The (prepared) record as submit() then execute() would leave it: every
   // access granted (not queued), counted in flight before the unlock that
   // makes it reachable, its body started (a held lease does not count
@@ -514,7 +506,7 @@ bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::siz
   op->kind = OpKind::fn;
   op->wait.store(0, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) link_access(op, i, specs[i]);
-  grant_all(specs, n, op);
+  grant_all(specs, n, op, /*unlock=*/false);
   op->counted = true;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   op->async_started = true;
@@ -826,42 +818,40 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
 // Grants: the one place that locks an op's variables, grants or queues its
 // accesses, and on release grants what waits and collects the ops made ready.
 
-template <bool TryOnly>
-inline bool EngineCore::lock_vars(const AccessSpec* specs, std::size_t n) noexcept {
+template <bool TryOnly, class Check>
+inline std::size_t EngineCore::lock_vars(const AccessSpec* specs, std::size_t n, Check&& check) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
+    VarRecord* v = specs[i].var;
     if constexpr (TryOnly) {
-      if (!specs[i].var->lock.try_lock()) {
+      if (!v->lock.try_lock()) {
         unlock_vars(specs, i);
-        return false;
+        return i;
       }
     } else {
-      specs[i].var->lock.lock();
+      v->lock.lock();
+    }
+    if (!check(specs[i])) [[unlikely]] {
+      unlock_vars(specs, i + 1);
+      return i;
     }
   }
-  return true;
+  return n;
 }
 
 inline void EngineCore::unlock_vars(const AccessSpec* specs, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
 }
 
-inline std::size_t EngineCore::first_stale(const AccessSpec* specs, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (specs[i].var->gen != specs[i].gen) [[unlikely]] return i;
-  }
-  return n;
+inline bool EngineCore::grantable(const AccessSpec& spec) const noexcept {
+  const VarRecord* v = spec.var;
+  return v->gen == spec.gen && v->free_for(spec.write) && !live(v->error);
 }
 
-inline bool EngineCore::all_grantable(const AccessSpec* specs, std::size_t n) const noexcept {
+inline void EngineCore::grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by, bool unlock) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    const VarRecord* v = specs[i].var;
-    if (v->gen != specs[i].gen || !v->free_for(specs[i].write) || live(v->error)) return false;
+    specs[i].var->grant(specs[i].write, by);
+    if (unlock) specs[i].var->lock.unlock();
   }
-  return true;
-}
-
-inline void EngineCore::grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by) noexcept {
-  for (std::size_t i = 0; i < n; ++i) specs[i].var->grant(specs[i].write, by);
 }
 
 inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n,
@@ -898,7 +888,6 @@ inline bool write_of(const AccessSpec& a) noexcept { return a.write; }
 template <bool Profiled, class Access, class UnderLock>
 inline void EngineCore::release_all(const Access* list, std::size_t n, ErrorRecord* outcome, ReadyList& ready,
                                     const OpRecord* by, UnderLock&& under_lock) {
-  for (std::size_t i = 0; i < n; ++i) prefetch_for_write(var_of(list[i]));
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = var_of(list[i]);
     v->lock.lock();
@@ -934,6 +923,8 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
 template <bool Profiled>
 inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
+  // Last written by the pusher or another worker: ask for every line at once.
+  for (std::uint16_t i = 0; i < op->n_access; ++i) prefetch_for_write(op->access[i].var());
   release_all<Profiled>(op->access, op->n_access, outcome, ready, op, [&](std::size_t, VarRecord* v) {
     if (v->deleted && op->prop == FnProperty::delete_var) {
       deleted = v;  // no access can follow a delete: the queue is empty

@@ -244,21 +244,21 @@ class EngineCore final : public PoolHost {
   // completion all go through these; nothing else locks variables to
   // grant or release.
 
-  /// Locks the variables of `specs`: in address order (the global lock
-  /// order), waiting; with TryOnly in the given order without waiting, and
-  /// false (none held) if one is held.
-  template <bool TryOnly>
-  static bool lock_vars(const AccessSpec* specs, std::size_t n) noexcept;
+  /// Locks the variables of `specs` one by one, asking check(spec) of each
+  /// once it is held: in address order (the global lock order), waiting;
+  /// with TryOnly in the given order, without waiting. Returns n with every
+  /// lock held, or the index of the access whose lock was busy (TryOnly) or
+  /// whose check failed, with none held.
+  template <bool TryOnly, class Check>
+  static std::size_t lock_vars(const AccessSpec* specs, std::size_t n, Check&& check) noexcept;
   static void unlock_vars(const AccessSpec* specs, std::size_t n) noexcept;
-  /// Under the locks: the first access whose variable was deleted since its
-  /// handle was made, or n.
-  static std::size_t first_stale(const AccessSpec* specs, std::size_t n) noexcept;
-  /// Under the locks: every access may be granted now (its variable current,
+  /// Under its lock: the access may be granted now (its variable current,
   /// free for it and carrying no live error).
-  bool all_grantable(const AccessSpec* specs, std::size_t n) const noexcept;
-  /// Under the locks: grants every access (all_grantable was true); `by`
-  /// the op that holds them (null: the direct path).
-  static void grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by) noexcept;
+  bool grantable(const AccessSpec& spec) const noexcept;
+  /// Under the locks: grants every access (each was grantable); `by` the
+  /// op that holds them (null: the direct path); `unlock`: releases each
+  /// lock as it goes.
+  static void grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by, bool unlock) noexcept;
   /// Under the locks: links op's accesses; grants those free now (the op
   /// inherits their errors) and queues the rest; returns how many it granted.
   std::int32_t grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n, bool is_delete) noexcept;
