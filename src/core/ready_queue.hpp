@@ -75,37 +75,6 @@ class alignas(64) ReadyQueue {
     return op;
   }
 
-  /// Steals: the first half of the fifo ops queued (the first one returned,
-  /// the others linked from `rest` through OpRecord::next, in order), or
-  /// from a priority queue its first op; null if none is queued. Half, so
-  /// that a thief with more than it can run shares its take in turn.
-  OpRecord* pop_half(OpRecord*& rest) noexcept {
-    rest = nullptr;
-    if (order_ == Order::priority) return pop();
-    if (size.load(std::memory_order_relaxed) == 0) return nullptr;
-    lock_.lock();
-    const std::uint32_t n = size.load(std::memory_order_relaxed);
-    const std::uint32_t k = (n + 1) / 2;
-    OpRecord* first = nullptr;
-    OpRecord** link = &rest;
-    const std::size_t mask = ring_.size() - 1;
-    for (std::uint32_t i = 0; i < k; ++i) {
-      OpRecord* op = ring_[(head_ + i) & mask];
-      if (i == 0) {
-        first = op;
-      } else {
-        *link = op;
-        link = &op->next;
-      }
-    }
-    *link = nullptr;
-    head_ = (head_ + k) & mask;
-    size.store(n - k, std::memory_order_relaxed);
-    lock_.unlock();
-    if (first != nullptr) first->next = nullptr;
-    return first;
-  }
-
   /// Ops queued; written under the lock.
   std::atomic<std::uint32_t> size{0};
 

@@ -62,9 +62,8 @@ struct ThreadState {
   std::int64_t finished = 0;
   /// Workers: ops run as continuations since the last take from a deque.
   std::uint32_t continuations = 0;
-  /// Outside a pool: 1 + the index of the worker deque this thread queues
-  /// on, modulo the pool's workers (0: none chosen yet).
-  std::uint32_t home = 0;
+  /// The deque a foreign thread's next queued op goes to (round robin).
+  std::uint32_t deal = 0;
   CallScope* call = nullptr;  ///< innermost engine call on this thread, if any
   /// While the body of a skipped op is destroyed: the error that skipped it
   /// (Engine::skip_reason, detail::ErrorRef::skipping; a reference held by

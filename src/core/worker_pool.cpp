@@ -19,9 +19,6 @@ namespace {
 // short enough not to steal a core from it on an oversubscribed machine.
 constexpr int kSpinRounds = 256;
 
-// The home deque of the next thread that queues from outside a pool (ThreadState::home).
-std::atomic<std::uint32_t> g_next_home{0};
-
 // A test's hook (ordo/detail/pool_hooks.hpp); null, one predictable branch, otherwise.
 std::atomic<PoolHook> g_hook{nullptr};
 std::atomic<void*> g_hook_arg{nullptr};
@@ -134,11 +131,7 @@ void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
 ReadyQueue& WorkerPool::target() noexcept {
   ThreadState& ts = t_state;
   if (ts.pool == this) return own(ts.index);
-  // Another thread (a pusher) queues on one deque of its own, in push
-  // order: its ops' lines go to one place, and the workers that are not
-  // needed never touch them. Idle workers steal from it.
-  if (ts.home == 0) ts.home = g_next_home.fetch_add(1, std::memory_order_relaxed) + 1;
-  return queues_[(ts.home - 1) % static_cast<std::uint32_t>(n_queues_)];
+  return queues_[ts.deal++ % static_cast<std::uint32_t>(n_queues_)];
 }
 
 void WorkerPool::enqueue(OpRecord* op) {
@@ -264,19 +257,10 @@ bool WorkerPool::task_wanted() noexcept {
 OpRecord* WorkerPool::take(int index) noexcept {
   ReadyQueue& mine = own(index);
   if (OpRecord* op = mine.pop(); op != nullptr) return op;
-  // Steal half of another deque, from the next one round: one lock of the
-  // victim's line for several ops, the rest kept on this worker's deque
-  // (stealable in turn), and a sleeper woken for them if nobody looks.
+  // Steal: the other deques, from the next one round.
   for (int k = 1; k < n_queues_; ++k) {
     ReadyQueue& q = queues_[(index + k) % n_queues_];
-    OpRecord* rest = nullptr;
-    if (OpRecord* op = q.pop_half(rest); op != nullptr) {
-      if (rest != nullptr) {
-        mine.push_list(rest);
-        notify();
-      }
-      return op;
-    }
+    if (OpRecord* op = q.pop(); op != nullptr) return op;
   }
   return nullptr;
 }

@@ -53,7 +53,7 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   /// Queues a ready op: on the calling worker's own deque, or (any other
-  /// thread) on the worker deque that thread queues on; wakes a worker if
+  /// thread) dealt round robin over the workers' deques; wakes a worker if
   /// none is looking for work.
   void enqueue(OpRecord* op);
   /// As enqueue(), for the ops linked from `head` through OpRecord::next, in
@@ -87,8 +87,7 @@ class WorkerPool {
   [[nodiscard]] ReadyQueue& own(int index) noexcept { return queues_[order_ == Order::fifo ? index : 0]; }
   /// The deque an op enqueued on this thread goes to.
   ReadyQueue& target() noexcept;
-  /// An op from the worker's own deque, else stolen (with half of what
-  /// waits there) from another; null if none.
+  /// An op from the worker's own deque, else stolen from another; null if none.
   OpRecord* take(int index) noexcept;
   /// Looks for work, counted in spinning_ (enqueuers wake nobody while one
   /// spins), for a bounded time; null if none came or the idle task is wanted.
