@@ -159,6 +159,11 @@ TEST(RespKeyIndex, RandomInsertsAndErasesMatchAMap) {
 // The process (test and server share it) runs out under a lowered
 // RLIMIT_NOFILE while a client waits in the listen backlog.
 TEST(RespAccept, OutOfDescriptorsTheAcceptLoopBacksOff) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check asks whether memory is readable through a pipe: with
+  // no descriptor left it reports every checked object as invalid.
+  GTEST_SKIP() << "out of descriptors, the ASan+UBSan runtime cannot check memory; the plain build runs this";
+#endif
   TestServer s;
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
