@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine_core.hpp"
+#include "grants.hpp"
 #include "ordo/detail/error_ref.hpp"
 #include "ordo/detail/extension.hpp"
 
@@ -305,5 +306,62 @@ bool HeldOp::deletes() const noexcept { return op_->prop == FnProperty::delete_v
 Context HeldOp::context() const noexcept { return op_->ctx; }
 const char* HeldOp::name() const noexcept { return op_->name; }
 void HeldOp::release(std::exception_ptr error) const { op_->engine->release_held(op_, std::move(error)); }
+
+// Engine's side of the direct path (the core's parts inline from grants.hpp).
+detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
+                                    const OpAttrs& attrs) {
+  detail::EngineCore* core = core_.get();
+  if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
+  std::size_t n = detail::EngineCore::gather(reads, writes, run.local, core);
+  const detail::Direct d = core->begin_direct(run, ctx, run.local, n, attrs);
+  if (d == detail::Direct::normalized && n > 1) n = detail::EngineCore::sort_merge(run.local, n);
+  run.specs = run.local;
+  run.n = static_cast<std::uint32_t>(n);
+  return d;
+}
+
+detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail::OperatorRecord* rec,
+                                    std::uint64_t gen) {
+  // No reference taken (two atomic read-modify-writes, as many as the rest of
+  // the direct path): the copy is read unchecked, and begin_direct checks
+  // `gen` once the variables are locked (OperatorRecord::direct_n).
+  detail::EngineCore* core = core_.get();
+  const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);  // at most kMaxAccess, as written
+  if (n == 0 || !core->direct_allowed_here(ctx, n)) return detail::Direct::declined;
+  const std::uint32_t writes = rec->direct_writes.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    detail::VarRecord* v = rec->direct_var[i].load(std::memory_order_relaxed);
+    if (v == nullptr) return detail::Direct::declined;  // a stale copy, being written
+    run.local[i] = detail::AccessSpec{v, rec->direct_gen[i].load(std::memory_order_relaxed),
+                                      ((writes >> i) & 1U) != 0};
+  }
+  return core->begin_direct(run, ctx, run.local, n, rec->attrs, rec, gen);
+}
+
+void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }
+
+detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                                          int& worker) {
+  detail::EngineCore* core = core_.get();
+  if (!core->lease_direct_allowed(ctx, attrs, reads.size() + writes.size())) return nullptr;
+  detail::AccessSpec specs[detail::DirectRun::kMaxAccess];
+  std::size_t n = detail::EngineCore::gather(reads, writes, specs, core);  // throws for a foreign handle
+  if (n > 1) n = detail::EngineCore::sort_merge(specs, n);                 // throws for a stale duplicate
+  detail::OpRecord* op = detail::op_alloc();
+  core->prepare(op, ctx, n, attrs);
+  if (core->grant_lease_now(op, specs, n)) {
+    const detail::ThreadState& ts = detail::t_state;
+    worker = ts.engine == core ? ts.index : -1;
+    return op;
+  }
+  detail::op_free(op);
+  return nullptr;
+}
+
+void Engine::fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept {
+  detail::EngineCore* core = core_.get();
+  core->end_direct(run, core->make_error(std::move(error), run.self.name));
+}
+
 
 }  // namespace ordo

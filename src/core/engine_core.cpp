@@ -1,6 +1,8 @@
 // src/core/engine_core.cpp - dependency tracking, dispatch and completion.
 #include "engine_core.hpp"
 
+#include "grants.hpp"
+
 #include "ordo/error_code.hpp"
 
 #include <algorithm>
@@ -37,15 +39,6 @@ struct VarWaiter {
     cv.wait(lock, [this] { return done; });
   }
 };
-
-/// The op's i-th access node, set for `spec` and not yet queued.
-inline AccessNode* link_access(OpRecord* op, std::size_t i, const AccessSpec& spec) noexcept {
-  AccessNode* a = &op->access[i];
-  a->op = op;
-  a->next = nullptr;
-  a->set(spec.var, spec.write);
-  return a;
-}
 
 void cleanup_op(OpRecord* op) noexcept {
   op->fn.reset();
@@ -242,13 +235,6 @@ void EngineCore::recycle_var(VarRecord* v) noexcept {
 // ---------------------------------------------------------------------------
 // Pushing
 
-inline std::size_t EngineCore::gather(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
-  std::size_t n = 0;
-  for (const Var& v : writes) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), true};
-  for (const Var& v : reads) out[n++] = AccessSpec{owner->checked_record(v), VarRecord::gen_of(v), false};
-  return n;
-}
-
 std::size_t EngineCore::normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner) {
   const std::size_t n = gather(reads, writes, out, owner);
   if (n <= 1) return n;  // the common single-variable push: nothing to sort or merge
@@ -403,73 +389,6 @@ bool EngineCore::direct_allowed_here(Context ctx, std::size_t n) const noexcept 
   return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
 }
 
-inline Direct EngineCore::begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs, std::size_t n,
-                                       const OpAttrs& attrs, OperatorRecord* oper,
-                                       std::uint64_t oper_gen) noexcept {
-  // Grant every access now or none: all variables locked (the push's atomic
-  // step), each one free for this access and carrying no live error (a
-  // skip), and no handle stale (the usual push throws for it). The list is
-  // as the caller gave it (sorting costs more than the rest of the push; an
-  // operator's copy may be stale), so it is locked without waiting: never
-  // waiting while holding a lock, whatever the order. A variable listed
-  // twice fails its second try: the usual push merges the two.
-  if (lock_vars<true>(specs, n, [this](const AccessSpec& a) { return grantable(a); }) != n) {
-    return Direct::normalized;
-  }
-  if (oper != nullptr) {
-    // Still the operator the handle names (delete_operator bumps `gen`
-    // before it takes specs[0]'s lock): then the copy was its list and
-    // specs[0] its access[0]. Counted while that lock is held.
-    if (oper->gen.load(std::memory_order_relaxed) != oper_gen) {
-      unlock_vars(specs, n);
-      return Direct::normalized;
-    }
-    ++oper->direct_runs;
-    run.oper = oper;
-  }
-  grant_all(specs, n, nullptr, /*unlock=*/true);  // the direct path: no record
-  ThreadState& ts = t_state;
-  run.specs = specs;
-  run.n = static_cast<std::uint32_t>(n);
-  run.ctx = ctx;
-  run.error_to_awaiter = attrs.error_to_awaiter;
-  run.self = RunningOp{this, attrs.name};
-  run.outer = ts.running;
-  ts.running = &run.self;
-  ts.depth = 1;
-  return Direct::granted;
-}
-
-inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
-  ThreadState& ts = t_state;
-  ts.running = run.outer;
-  // complete() for an op without a record: release the accesses, hand the
-  // ops they make ready on (none, unless another thread pushed behind this
-  // one meanwhile), then run what the body left to run after it (the naive
-  // engine's posts and pushes from inside an op).
-  ReadyList ready;
-  bool release_oper = false;
-  release_all<false>(run.specs, run.n, run.error_to_awaiter ? nullptr : own, ready, nullptr,
-                     [&](std::size_t i, VarRecord*) {
-                       if (i == 0 && run.oper != nullptr) [[unlikely]] {
-                         // Guarded by this lock (specs[0] is the operator's access[0]).
-                         if (--run.oper->direct_runs == 0 && run.oper->release_deferred) {
-                           run.oper->release_deferred = false;
-                           release_oper = true;
-                         }
-                       }
-                       return true;
-                     });
-  release(own);
-  if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
-  if (!ready.empty() || !ts.inline_ops.empty()) [[unlikely]] {
-    const Call call(this);
-    dispatch_ready(ready);
-    drain_inline(ts);
-  }
-  ts.depth = 0;
-}
-
 bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
   // A CPU lease of few variables, with no profiler or fence gate, not on a
   // completion thread (it runs no user code), not with the naive engine
@@ -480,19 +399,6 @@ bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::si
     return false;
   }
   return !t_state.completion_thread;
-}
-
-inline void EngineCore::prepare(OpRecord* op, Context ctx, std::size_t n, const OpAttrs& attrs) {
-  op->engine = this;
-  op->ctx = ctx;
-  op->prop = attrs.prop;
-  op->priority = attrs.priority;
-  op->name = attrs.name;
-  op->always_run = attrs.always_run;
-  op->error_to_awaiter = attrs.error_to_awaiter;
-  if (attrs.inline_ok) op->traits |= kRunsOnPusher;
-  op->n_access = static_cast<std::uint16_t>(n);
-  if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
 }
 
 bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
@@ -814,112 +720,6 @@ void EngineCore::report_late_error(std::exception_ptr e, const char* op_name) {
   release(make_error(std::move(e), op_name));
 }
 
-// ---------------------------------------------------------------------------
-// Grants: the one place that locks an op's variables, grants or queues its
-// accesses, and on release grants what waits and collects the ops made ready.
-
-template <bool TryOnly, class Check>
-inline std::size_t EngineCore::lock_vars(const AccessSpec* specs, std::size_t n, Check&& check) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    if constexpr (TryOnly) {
-      if (!v->lock.try_lock()) {
-        unlock_vars(specs, i);
-        return i;
-      }
-    } else {
-      v->lock.lock();
-    }
-    if (!check(specs[i])) [[unlikely]] {
-      unlock_vars(specs, i + 1);
-      return i;
-    }
-  }
-  return n;
-}
-
-inline void EngineCore::unlock_vars(const AccessSpec* specs, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
-}
-
-inline bool EngineCore::grantable(const AccessSpec& spec) const noexcept {
-  const VarRecord* v = spec.var;
-  return v->gen == spec.gen && v->free_for(spec.write) && !live(v->error);
-}
-
-inline void EngineCore::grant_all(const AccessSpec* specs, std::size_t n, const OpRecord* by, bool unlock) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    specs[i].var->grant(specs[i].write, by);
-    if (unlock) specs[i].var->lock.unlock();
-  }
-}
-
-inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n,
-                                               bool is_delete) noexcept {
-  std::int32_t granted = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = specs[i].var;
-    AccessNode* a = link_access(op, i, specs[i]);
-    if (is_delete) {
-      ++v->gen;  // every handle to v is stale from now on
-      v->deleted = true;
-    }
-    if (v->free_for(a->write())) {
-      v->grant(a->write(), op);
-      if (live(v->error)) inherit(op, v->error);
-      ++granted;
-    } else if (v->tail != nullptr) {
-      v->tail->next = a;
-      v->tail = a;
-    } else {
-      v->head = v->tail = a;
-    }
-  }
-  return granted;
-}
-
-namespace {
-inline VarRecord* var_of(const AccessNode& a) noexcept { return a.var(); }
-inline bool write_of(const AccessNode& a) noexcept { return a.write(); }
-inline VarRecord* var_of(const AccessSpec& a) noexcept { return a.var; }
-inline bool write_of(const AccessSpec& a) noexcept { return a.write; }
-}  // namespace
-
-template <bool Profiled, class Access, class UnderLock>
-inline void EngineCore::release_all(const Access* list, std::size_t n, ErrorRecord* outcome, ReadyList& ready,
-                                    const OpRecord* by, UnderLock&& under_lock) {
-  for (std::size_t i = 0; i < n; ++i) {
-    VarRecord* v = var_of(list[i]);
-    v->lock.lock();
-    v->release_access(write_of(list[i]), outcome);
-    if (under_lock(i, v)) grant_waiting<Profiled>(v, ready, by);
-    v->lock.unlock();
-  }
-}
-
-template <bool Profiled>
-void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] const OpRecord* by) {
-  auto grant = [&](AccessNode* a) {
-    v->head = a->next;
-    if (v->head == nullptr) v->tail = nullptr;
-    OpRecord* op = a->op;
-    if (live(v->error)) inherit(op, v->error);
-    // acq_rel: the thread that reaches zero sees every other grant's writes.
-    if constexpr (Profiled) {
-      if (prof_->on_grant_access(by, op, v)) ready.push(op);  // the same decrement, and the edge
-    } else if (op->wait.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      ready.push(op);
-    }
-  };
-  // The head, and the reads right behind a granted read.
-  while (v->head != nullptr && v->compatible(v->head->write())) {
-    const bool write = v->head->write();
-    v->grant(write, v->head->op);
-    grant(v->head);
-    if (write) return;
-  }
-}
-
 template <bool Profiled>
 inline VarRecord* EngineCore::release_accesses(OpRecord* op, ErrorRecord* outcome, ReadyList& ready) {
   VarRecord* deleted = nullptr;
@@ -1132,62 +932,3 @@ std::size_t EngineCore::pending_errors() {
 
 }  // namespace ordo::detail
 
-namespace ordo {
-
-// Engine's side of the direct path: here, so that the core's parts inline.
-detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
-                                    const OpAttrs& attrs) {
-  detail::EngineCore* core = core_.get();
-  if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
-  std::size_t n = detail::EngineCore::gather(reads, writes, run.local, core);
-  const detail::Direct d = core->begin_direct(run, ctx, run.local, n, attrs);
-  if (d == detail::Direct::normalized && n > 1) n = detail::EngineCore::sort_merge(run.local, n);
-  run.specs = run.local;
-  run.n = static_cast<std::uint32_t>(n);
-  return d;
-}
-
-detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail::OperatorRecord* rec,
-                                    std::uint64_t gen) {
-  // No reference taken (two atomic read-modify-writes, as many as the rest of
-  // the direct path): the copy is read unchecked, and begin_direct checks
-  // `gen` once the variables are locked (OperatorRecord::direct_n).
-  detail::EngineCore* core = core_.get();
-  const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);  // at most kMaxAccess, as written
-  if (n == 0 || !core->direct_allowed_here(ctx, n)) return detail::Direct::declined;
-  const std::uint32_t writes = rec->direct_writes.load(std::memory_order_relaxed);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    detail::VarRecord* v = rec->direct_var[i].load(std::memory_order_relaxed);
-    if (v == nullptr) return detail::Direct::declined;  // a stale copy, being written
-    run.local[i] = detail::AccessSpec{v, rec->direct_gen[i].load(std::memory_order_relaxed),
-                                      ((writes >> i) & 1U) != 0};
-  }
-  return core->begin_direct(run, ctx, run.local, n, rec->attrs, rec, gen);
-}
-
-void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }
-
-detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                                          int& worker) {
-  detail::EngineCore* core = core_.get();
-  if (!core->lease_direct_allowed(ctx, attrs, reads.size() + writes.size())) return nullptr;
-  detail::AccessSpec specs[detail::DirectRun::kMaxAccess];
-  std::size_t n = detail::EngineCore::gather(reads, writes, specs, core);  // throws for a foreign handle
-  if (n > 1) n = detail::EngineCore::sort_merge(specs, n);                 // throws for a stale duplicate
-  detail::OpRecord* op = detail::op_alloc();
-  core->prepare(op, ctx, n, attrs);
-  if (core->grant_lease_now(op, specs, n)) {
-    const detail::ThreadState& ts = detail::t_state;
-    worker = ts.engine == core ? ts.index : -1;
-    return op;
-  }
-  detail::op_free(op);
-  return nullptr;
-}
-
-void Engine::fail_direct(detail::DirectRun& run, std::exception_ptr error) noexcept {
-  detail::EngineCore* core = core_.get();
-  core->end_direct(run, core->make_error(std::move(error), run.self.name));
-}
-
-}  // namespace ordo

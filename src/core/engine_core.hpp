@@ -14,7 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "ordo/engine.hpp"
+#include "ordo/context.hpp"
+#include "ordo/detail/op_record.hpp"
+#include "ordo/error.hpp"
+#include "ordo/fence.hpp"
+#include "ordo/options.hpp"
+#include "ordo/var.hpp"
 #include "profiler/profiler.hpp"
 #include "records.hpp"
 #include "engine_kinds.hpp"
@@ -124,7 +129,7 @@ class EngineCore final : public PoolHost {
   /// run (specs: a copy of its OperatorRecord::direct_* list, read without a
   /// reference), granted only if `oper->gen` is still `oper_gen` once the
   /// variables are locked; `attrs` is read only then.
-  /// Both inlined into Engine's side of the direct path (engine_core.cpp).
+  /// Both inline (grants.hpp), in Engine's side of the direct path (engine.cpp).
   [[gnu::always_inline]] inline Direct begin_direct(DirectRun& run, Context ctx, const AccessSpec* specs,
                                                     std::size_t n, const OpAttrs& attrs,
                                                     OperatorRecord* oper = nullptr,
