@@ -336,6 +336,10 @@ OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   }
   if (task == nullptr) {
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    // Its last look found work: enqueuers that counted it asleep meanwhile
+    // woke nobody else (their wake-up went to it), so what it leaves behind
+    // gets a sleeper, as when a last spinner leaves (spin()).
+    if (op != nullptr) wake_if_queued(0);
     return op;
   }
   task_waiting_.store(false, std::memory_order_seq_cst);
