@@ -700,11 +700,6 @@ void EngineCore::execute(OpRecord* op) {
   if (state == 2) cleanup_op(op);
 }
 
-std::int64_t EngineCore::now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 ErrorRecord* EngineCore::make_error(std::exception_ptr e, const char* op_name) {
   auto* rec = new ErrorRecord;
   rec->exception = std::move(e);

@@ -83,8 +83,6 @@ class EngineCore final : public PoolHost {
   /// Drains, joins the workers and reports unobserved errors. Returns false
   /// if async ops were abandoned (the core must then be kept alive).
   bool shutdown() noexcept;
-  /// steady_clock in nanoseconds (op timing; the worker pool's Keep).
-  static std::int64_t now_ns() noexcept;
   /// A held pusher (throttle()) goes on once no op has finished for this
   /// long: an op in flight may be waiting for something the pusher does next.
   static constexpr auto kStallPatience = std::chrono::milliseconds(10);

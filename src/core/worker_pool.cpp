@@ -2,10 +2,10 @@
 #include "worker_pool.hpp"
 
 #include "ordo/detail/pool_hooks.hpp"
+#include "ordo/detail/timer_service.hpp"
 
 #include <sched.h>
 
-#include <chrono>
 #include <cstddef>
 #include <utility>
 
@@ -29,10 +29,6 @@ inline void at(PoolPoint point, const WorkerPool* pool) noexcept {
   }
 }
 
-std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 /// A worker that ran the idle task keeps the ops that made ready to itself
@@ -131,7 +127,12 @@ void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
 ReadyQueue& WorkerPool::target() noexcept {
   ThreadState& ts = t_state;
   if (ts.pool == this) return own(ts.index);
-  return queues_[ts.deal++ % static_cast<std::uint32_t>(n_queues_)];
+  // Round robin without a division per push (deal may have counted for a
+  // pool of more workers).
+  const auto n = static_cast<std::uint32_t>(n_queues_);
+  const std::uint32_t i = ts.deal < n ? ts.deal : 0;
+  ts.deal = i + 1;
+  return queues_[i];
 }
 
 void WorkerPool::enqueue(OpRecord* op) {
@@ -354,7 +355,7 @@ OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   }
   release_task();
   if (keep_ns > 0 && own(index).size.load(std::memory_order_seq_cst) > 0) {
-    keep = Keep{now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
+    keep = Keep{TimerService::now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
     // Ops dealt to the other deques meanwhile are not this worker's to keep.
     if (queued() > own(index).size.load(std::memory_order_relaxed)) wake_if_queued(0);
   } else {
@@ -383,7 +384,7 @@ void WorkerPool::worker_main(int index) {
       ts.continuations = 0;
       op = take(index);
       if (op == nullptr) {
-        if (keep.since != 0) end_keep(keep, now_ns());
+        if (keep.since != 0) end_keep(keep, TimerService::now_ns());
         host_.flush_finished();  // out of work: publish the completions counted locally
         // Spin for the next op, unless the idle task is wanted (requests in
         // flight in the ring): then wait there at once, where their
@@ -406,7 +407,7 @@ void WorkerPool::worker_main(int index) {
     }
     if (keep.since != 0) {
       // Keeping (Keep): past its time, what is still queued goes to a sleeper.
-      const std::int64_t now = now_ns();
+      const std::int64_t now = TimerService::now_ns();
       if (now - keep.since <= keep.for_ns) {
         ++keep.ops;
       } else {
