@@ -51,22 +51,30 @@ TEST(MemberSyntax, RegisteredAtTheCallNotAtTheAwait) {
 // Every argument list of the free form, spelled both ways; the ops' names are
 // checked where the engine shows them: the report of an error no wait got,
 // and the wait_inside_op error of a blocking wait inside the op.
+/// Options of an engine that reports unobserved errors' op names into `reported`.
+Options reporting_to(std::vector<std::string>& reported) {
+  return Options{.kind = EngineKind::per_device,
+                 .cpu_workers = 2,
+                 .on_unobserved_error = [&reported](const ErrorReport& r) { reported.push_back(r.op_name); }};
+}
+
+/// What a blocking wait inside an op says about the op (its name, in the error).
+std::string what_a_wait_inside_says(Engine& engine) {
+  try {
+    engine.wait_for_all();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(MemberSyntax, TakesTheFreeFormsArgumentsAndNamesItsOps) {
   std::vector<std::string> reported;
   {
-    Engine engine(Options{.kind = EngineKind::per_device,
-                          .cpu_workers = 2,
-                          .on_unobserved_error = [&](const ErrorReport& r) { reported.push_back(r.op_name); }});
+    Engine engine(reporting_to(reported));
     Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
     std::stop_source stop;  // never stopped: the overloads taking a token
-    auto running_op = [&engine] {  // what a blocking wait inside an op says about the op
-      try {
-        engine.wait_for_all();
-      } catch (const Error& e) {
-        return std::string(e.what());
-      }
-      return std::string("no error");
-    };
+    auto running_op = [&engine] { return what_a_wait_inside_says(engine); };
     auto task = [&]() -> Task<void> {
       // Access form: leases failed on purpose and never waited for, so the
       // engine reports their errors, by op name, at destruction.
@@ -103,19 +111,10 @@ TEST(MemberSyntax, TakesTheFreeFormsArgumentsAndNamesItsOps) {
 TEST(MemberSyntax, TakesOpAttrsWithoutAContext) {
   std::vector<std::string> reported;
   {
-    Engine engine(Options{.kind = EngineKind::per_device,
-                          .cpu_workers = 2,
-                          .on_unobserved_error = [&](const ErrorReport& r) { reported.push_back(r.op_name); }});
+    Engine engine(reporting_to(reported));
     Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
     std::stop_source stop;
-    auto running_op = [&engine] {
-      try {
-        engine.wait_for_all();
-      } catch (const Error& e) {
-        return std::string(e.what());
-      }
-      return std::string("no error");
-    };
+    auto running_op = [&engine] { return what_a_wait_inside_says(engine); };
     auto task = [&]() -> Task<void> {
       Lease la = co_await engine.push(ordo::reads(), ordo::writes(a), {.name = "member-lease"});
       EXPECT_FALSE(la.run_context().ctx.is_gpu());
