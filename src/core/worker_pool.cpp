@@ -162,6 +162,15 @@ void WorkerPool::notify() noexcept {
   if (spinning_.load(std::memory_order_seq_cst) == 0 && sleepers_.load(std::memory_order_seq_cst) > 0) wake_one();
 }
 
+void WorkerPool::found_work() noexcept {
+  // Enqueuers that saw this worker spinning, or counted it asleep, woke
+  // nobody else, and their ops may be in another deque: the last worker to
+  // stop looking for work wakes a sleeper for what is left (who does the
+  // same on finding an op, so ops released together wake as many workers
+  // as they need).
+  wake_if_queued(0);
+}
+
 void WorkerPool::wake_if_queued(std::uint64_t more_than) noexcept {
   if (sleepers_.load(std::memory_order_seq_cst) > 0 && spinning_.load(std::memory_order_seq_cst) == 0 &&
       queued() > more_than) {
@@ -283,11 +292,8 @@ OpRecord* WorkerPool::spin(int index) {
       std::this_thread::yield();
     }
   }
-  // The last spinner to leave with an op looks again: an enqueuer that saw
-  // it spinning woke nobody, and its op may be in another deque. Seen there,
-  // a sleeper is woken to spin in its place (and, finding an op, does the
-  // same: ops released together wake as many workers as they need).
-  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && op != nullptr) wake_if_queued(0);
+  spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  if (op != nullptr) found_work();
   return op;
 }
 
@@ -298,7 +304,7 @@ OpRecord* WorkerPool::woken(int index) {
   // leaves work behind, as the last spinner to leave does (spin()).
   if (spinning_.load(std::memory_order_seq_cst) == 0) return spin(index);
   OpRecord* op = take(index);
-  if (op != nullptr && spinning_.load(std::memory_order_seq_cst) == 0) wake_if_queued(0);
+  if (op != nullptr) found_work();
   return op;
 }
 
@@ -337,10 +343,7 @@ OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   }
   if (task == nullptr) {
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    // Its last look found work: enqueuers that counted it asleep meanwhile
-    // woke nobody else (their wake-up went to it), so what it leaves behind
-    // gets a sleeper, as when a last spinner leaves (spin()).
-    if (op != nullptr) wake_if_queued(0);
+    if (op != nullptr) found_work();
     return op;
   }
   task_waiting_.store(false, std::memory_order_seq_cst);

@@ -101,6 +101,9 @@ class WorkerPool {
   [[nodiscard]] std::uint64_t queued() const noexcept;
   /// After a deque's size grew: wakes a sleeper unless a worker spins (it will find the op).
   void notify() noexcept;
+  /// A worker that looked for work (spinning, woken or about to sleep) took
+  /// an op: wakes a sleeper for what is left, unless another worker spins.
+  void found_work() noexcept;
   /// Wakes a sleeper if more than `more_than` ops are queued and no worker spins.
   void wake_if_queued(std::uint64_t more_than) noexcept;
   void wake_one();
