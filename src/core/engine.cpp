@@ -50,27 +50,12 @@ void Engine::delete_variable(Var var) {
   delete_variable([] {}, Context::cpu(), var);
 }
 
-/// A push: normalises the lists (on the stack up to 16 variables) and hands
-/// the op to the core.
 void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                     std::uint8_t traits) {
-  if (attrs.prop == FnProperty::delete_var) {
-    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
-  }
-  constexpr std::size_t kLocal = 16;
-  detail::AccessSpec local[kLocal];
-  std::vector<detail::AccessSpec> heap;
-  detail::AccessSpec* specs = local;
-  const std::size_t cap = reads.size() + writes.size();
-  if (cap > kLocal) {
-    heap.resize(cap);
-    specs = heap.data();
-  }
-  const std::size_t n = detail::EngineCore::normalize(reads, writes, specs, core_.get());
   detail::OpRecord* op = guard.get();
   op->kind = detail::OpKind::fn;
   op->traits = traits;
-  core_->submit(op, ctx, specs, n, attrs);
+  core_->push(op, ctx, reads, writes, attrs);
   guard.release();
 }
 

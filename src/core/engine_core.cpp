@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 namespace ordo::detail {
 
@@ -194,7 +195,7 @@ Var EngineCore::new_variable() {
     v->free_next = nullptr;
   } else {
     if (var_chunks_.empty() || var_chunk_used_ == kVarChunk) {
-      var_chunks_.push_back(std::make_unique<VarRecord[]>(kVarChunk));
+      var_chunks_.emplace_back(new VarRecord[kVarChunk]);  // its initialisers, not a memset before them
       var_chunk_used_ = 0;
     }
     v = &var_chunks_.back()[var_chunk_used_];
@@ -324,14 +325,41 @@ void EngineCore::wake_idle_waiters() noexcept {
   idle_cv_.notify_all();
 }
 
+void EngineCore::push(OpRecord* op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  if (attrs.prop == FnProperty::delete_var) [[unlikely]] {
+    throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
+  }
+  const std::size_t n = reads.size() + writes.size();
+  if (n > kPushLocal) [[unlikely]] {
+    std::vector<AccessSpec> heap(n);
+    submit(op, ctx, heap.data(), normalize(reads, writes, heap.data(), this), attrs);
+    return;
+  }
+  AccessSpec specs[kPushLocal];
+  gather(reads, writes, specs, this);
+  enter(op, ctx, specs, n, attrs);
+}
+
 void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs) {
-  const Call call(this);
-  if (ctx.device_id < 0 || (ctx.is_gpu() && ctx.device_id >= kMaxDevices)) {
+  enter(op, ctx, specs, n, attrs);
+}
+
+template <class Spec>
+void EngineCore::enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, const OpAttrs& attrs) {
+  // A list the push gathered itself (not const) is in the caller's order,
+  // perhaps with a variable twice; a const one is normalised already.
+  constexpr bool kGathered = !std::is_const_v<Spec>;
+  // One compare for every good id: a negative one wraps above kMaxDevices.
+  if (static_cast<std::uint32_t>(ctx.device_id) >= static_cast<std::uint32_t>(kMaxDevices) &&
+      (ctx.device_id < 0 || ctx.is_gpu())) [[unlikely]] {
     throw Error(Errc::invalid_argument,
                 "push of " + op_label(attrs.name) + ": bad device id " + std::to_string(ctx.device_id));
   }
   if (n > 0xFFFF) throw Error(Errc::invalid_argument, "push of " + op_label(attrs.name) + ": too many variables");
   const bool is_delete = attrs.prop == FnProperty::delete_var;
+  if constexpr (kGathered) {
+    if (prof_ != nullptr && n > 1) [[unlikely]] n = sort_merge(specs, n);  // the profiler records the merged list
+  }
 
   prepare(op, ctx, n, attrs);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
@@ -344,11 +372,29 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
 
   // Every variable locked (the whole push is one atomic step with respect
   // to every other push), none stale, then each access granted or queued.
-  if (const std::size_t i = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
-      i != n) [[unlikely]] {
+  // A gathered list is locked in its own order without waiting (never
+  // waiting while holding a lock, whatever the order): no sort for the
+  // common push. A busy lock, a variable listed twice or a stale handle
+  // sends it the usual way: sorted, merged, locked in address order.
+  const auto same_gen = [](const AccessSpec& a) { return a.var->gen == a.gen; };
+  std::size_t locked = 0;
+  if constexpr (kGathered) {
+    locked = lock_vars<true>(specs, n, same_gen);
+    if (locked != n) [[unlikely]] {
+      if (const std::size_t m = n > 1 ? sort_merge(specs, n) : n; m != n) {
+        access_shrink(op, m);
+        op->wait.store(static_cast<std::int32_t>(m + 1), std::memory_order_relaxed);
+        n = m;
+      }
+      locked = lock_vars<false>(specs, n, same_gen);
+    }
+  } else {
+    locked = lock_vars<false>(specs, n, same_gen);
+  }
+  if (locked != n) [[unlikely]] {
     if (prof_ != nullptr) prof_->on_push_failed(op);
     throw Error(Errc::deleted_var,
-                "push of " + op_label(attrs.name) + ": var " + std::to_string(specs[i].var->id) + " was deleted");
+                "push of " + op_label(attrs.name) + ": var " + std::to_string(specs[locked].var->id) + " was deleted");
   }
   const std::int32_t granted = grant_or_queue(op, specs, n, is_delete);
   // An op that runs to completion inside this push is never seen by another
@@ -365,11 +411,16 @@ void EngineCore::submit(OpRecord* op, Context ctx, const AccessSpec* specs, std:
   if (!here) in_flight_.fetch_add(1, std::memory_order_relaxed);
   unlock_vars(specs, n);
 
-  if (here) {
-    run_now(op);
-  } else if (placed) {
+  if (!ready && op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) != granted + 1) return;  // queued
+  if (placed && at.where == Place::queue) {
+    at.pool->enqueue(op);  // to a worker: nothing runs here
+    return;
+  }
+  // From here the op may run on this thread: ops it finishes count in this call.
+  const Call call(this);
+  if (placed) {
     run_at(op, at);
-  } else if (ready || op->wait.fetch_sub(granted + 1, std::memory_order_acq_rel) == granted + 1) {
+  } else {
     dispatch(op, Origin::push);  // all granted here: nobody else can have touched `wait`
   }
 }

@@ -100,7 +100,10 @@ class EngineCore final : public PoolHost {
   }
   [[noreturn]] void bad_record(const Var& var) const;
 
-  // Pushing.
+  // Pushing. push() gathers the lists itself; submit() takes a normalised
+  // list (an operator's, a delete's, the direct path's).
+  static constexpr std::size_t kPushLocal = 16;  ///< variables gathered on the stack; more go to the heap
+  void push(OpRecord* op, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void submit(OpRecord* op, Context ctx, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs);
   static std::size_t normalize(VarSpan reads, VarSpan writes, AccessSpec* out, const EngineCore* owner);
   /// normalize() in two steps: the checked accesses in the caller's order
@@ -226,6 +229,8 @@ class EngineCore final : public PoolHost {
 
  private:
   /// The pool that runs a queued op: the engine kind's decision.
+  template <class Spec>
+  void enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, const OpAttrs& attrs);
   WorkerPool* route(const OpRecord* op) const { return kind_->route(op); }
   void run_now(OpRecord* op);
   /// Runs the ops trampolined on this thread (run_later) until none is left.
@@ -318,8 +323,9 @@ class EngineCore final : public PoolHost {
   /// The engine kind: its pools and routes (immutable after construction).
   std::unique_ptr<EngineKindPolicy> kind_;
 
-  // Variables.
-  std::mutex var_mutex_;
+  // Variables. A spin lock: held for a free-list pop or a bump (a chunk's
+  // allocation once per kVarChunk), never across a wait.
+  SpinLock var_mutex_;
   std::vector<std::unique_ptr<VarRecord[]>> var_chunks_;  ///< guarded by var_mutex_
   std::size_t var_chunk_used_ = 0;                         ///< guarded by var_mutex_
   VarRecord* var_free_ = nullptr;                          ///< guarded by var_mutex_

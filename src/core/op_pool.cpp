@@ -39,19 +39,36 @@ AccessNode* access_alloc(std::size_t n) {
   return new AccessNode[n];  // more than 64 distinct variables: rare enough for the heap
 }
 
-void op_free(OpRecord* op) noexcept {
-  if (op->access != op->inline_access) {
-    // The block's size class follows from the op's variable count.
-    const std::size_t n = op->n_access;
-    if (n <= 16) {
+namespace {
+// The block's size class follows from the op's variable count.
+int access_class(std::size_t n) noexcept { return n <= static_cast<std::size_t>(kInlineAccess) ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : 3; }
+
+void access_free(OpRecord* op) noexcept {
+  if (op->access == op->inline_access) return;
+  switch (access_class(op->n_access)) {
+    case 1:
       Recycler<SmallBlock>::free(reinterpret_cast<SmallBlock*>(op->access));
-    } else if (n <= 64) {
+      break;
+    case 2:
       Recycler<LargeBlock>::free(reinterpret_cast<LargeBlock*>(op->access));
-    } else {
+      break;
+    default:
       delete[] op->access;
-    }
-    op->access = op->inline_access;
   }
+  op->access = op->inline_access;
+}
+}  // namespace
+
+void access_shrink(OpRecord* op, std::size_t n) {
+  if (access_class(n) != access_class(op->n_access)) {
+    access_free(op);
+    if (n > static_cast<std::size_t>(kInlineAccess)) op->access = access_alloc(n);
+  }
+  op->n_access = static_cast<std::uint16_t>(n);
+}
+
+void op_free(OpRecord* op) noexcept {
+  access_free(op);
   op->traits = kNoTraits;  // OR-ed into by the next push (EngineCore::prepare)
   op->engine = nullptr;
   op->oper = nullptr;

@@ -22,6 +22,26 @@ template <class T>
 class Recycler {
  public:
   static T* alloc() {
+    Cache* cache = t_cache;
+    if (cache == nullptr || cache->head == nullptr) [[unlikely]] return alloc_slow();
+    return cache->pop();
+  }
+
+  static void free(T* p) noexcept {
+    Cache* cache = t_cache;
+    if (cache == nullptr || cache->count + 1 >= kBatch) [[unlikely]] {
+      free_slow(p);
+      return;
+    }
+    p->next = cache->head;
+    cache->head = p;
+    ++cache->count;
+  }
+
+ private:
+  // The slow paths stay out of line: inlined, their registers would be
+  // saved and restored on every alloc and free.
+  [[gnu::noinline]] static T* alloc_slow() {
     Cache* cache = t_cache != nullptr ? t_cache : make_cache();
     if (cache == nullptr) {  // during thread exit: a record of its own
       Cache temp;
@@ -32,7 +52,7 @@ class Recycler {
     return cache->pop();
   }
 
-  static void free(T* p) noexcept {
+  [[gnu::noinline]] static void free_slow(T* p) noexcept {
     Cache* cache = t_cache != nullptr ? t_cache : make_cache();
     if (cache == nullptr) {  // during thread exit: straight to the shared stack
       p->next = nullptr;
@@ -46,7 +66,6 @@ class Recycler {
     if (++cache->count >= kBatch) cache->seal();
   }
 
- private:
   static constexpr std::size_t kBatch = 128;
 
   struct Chain {

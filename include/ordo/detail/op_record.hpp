@@ -181,6 +181,8 @@ OpRecord* op_alloc();
 void op_free(OpRecord* op) noexcept;
 /// Access nodes for an op of n > kInlineAccess variables (recycled blocks).
 AccessNode* access_alloc(std::size_t n);
+/// Sets the op's variable count to n (at most its count), its block to n's size class.
+void access_shrink(OpRecord* op, std::size_t n);
 
 /// Frees an op record if push fails before the engine took it over.
 class OpGuard {
