@@ -353,19 +353,21 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
   // body or shared state: the coroutine goes on where it is, and runs no
   // other op (docs/coroutines.md, "Granted at push"). The stop token cannot
   // matter then: it only acts before the grant.
+  // A lease's body only publishes the grant: its pusher may run it (a
+  // normal CPU lease; others go to their workers). Where the engine would
+  // run it at once and its variables are free, grant_now grants it with no
+  // body at all.
+  const std::uint8_t traits =
+      attrs.prop == FnProperty::normal && !ctx.is_gpu() ? detail::kRunsOnPusher : detail::kNoTraits;
   int worker = -1;
-  if (detail::OpRecord* op = detail::EngineExtension::grant_now(engine, ctx, r, w, attrs, worker); op != nullptr) {
+  if (detail::OpRecord* op = detail::EngineExtension::grant_now(engine, ctx, r, w, attrs, traits, worker);
+      op != nullptr) {
     return LeaseAwaitable(op->completion(), RunContext{ctx, nullptr, worker});
   }
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
   mine.get()->cancellable = stop.stop_possible();
-  // Where grant_now declined and the lease is ready at push all the same
-  // (a profiler or fence gate on), its body only publishes the grant: the
-  // pusher may run it (a normal CPU lease; others go to their workers).
-  const bool here = attrs.prop == FnProperty::normal && !ctx.is_gpu();
-  detail::EngineExtension::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs,
-                                here ? detail::kRunsOnPusher : detail::kNoTraits);
+  detail::EngineExtension::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs, traits);
   mine.get()->arm(stop);
   return LeaseAwaitable(mine.release());
 }

@@ -325,7 +325,8 @@ class Engine {
   /// A lease granted inside the push, with no body (detail::EngineExtension::grant_now):
   /// the started op, or null where the usual push must be made; `worker`:
   /// this thread's worker index (-1: not a worker of this engine).
-  detail::OpRecord* grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs, int& worker);
+  detail::OpRecord* grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                                    std::uint8_t traits, int& worker);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();

@@ -214,6 +214,9 @@ bool detail::EngineExtension::attach_idle_task(Engine& engine, IdleTask* task) n
 void detail::EngineExtension::detach_idle_task(Engine& engine, IdleTask* task) noexcept {
   engine.core_->detach_idle_task(task);
 }
+bool detail::EngineExtension::inline_ok_decides(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept {
+  return engine.core_->inline_ok_decides(ctx, attrs);
+}
 void detail::EngineExtension::want_idle_task_runner(Engine& engine) noexcept {
   engine.core_->want_idle_task_runner();
 }
@@ -312,7 +315,8 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail:
   // `gen` once the variables are locked (OperatorRecord::direct_n).
   detail::EngineCore* core = core_.get();
   const std::uint32_t n = rec->direct_n.load(std::memory_order_relaxed);  // at most kMaxAccess, as written
-  if (n == 0 || !core->direct_allowed_here(ctx, n)) return detail::Direct::declined;
+  // direct_n is set only for an inline_ok op of FnProperty::normal (init_operator).
+  if (n == 0 || !core->direct_allowed(ctx, OpAttrs{.inline_ok = true}, n)) return detail::Direct::declined;
   const std::uint32_t writes = rec->direct_writes.load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < n; ++i) {
     detail::VarRecord* v = rec->direct_var[i].load(std::memory_order_relaxed);
@@ -326,9 +330,9 @@ detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, detail:
 void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run, nullptr); }
 
 detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                                          int& worker) {
+                                          std::uint8_t traits, int& worker) {
   detail::EngineCore* core = core_.get();
-  if (!core->lease_direct_allowed(ctx, attrs, reads.size() + writes.size())) return nullptr;
+  if (!core->lease_direct_allowed(ctx, attrs, traits, reads.size() + writes.size())) return nullptr;
   detail::AccessSpec specs[detail::DirectRun::kMaxAccess];
   std::size_t n = detail::EngineCore::gather(reads, writes, specs, core);  // throws for a foreign handle
   if (n > 1) n = detail::EngineCore::sort_merge(specs, n);                 // throws for a stale duplicate

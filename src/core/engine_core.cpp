@@ -428,28 +428,41 @@ void EngineCore::enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, co
 // ---------------------------------------------------------------------------
 // The direct path (detail::DirectRun): an inline_ok op without an op record
 
-bool EngineCore::direct_allowed_here(Context ctx, std::size_t n) const noexcept {
-  // The cases in which submit() would run an inline_ok sync op ready at push
-  // on this thread (place(): pusher_runs), narrowed to the common ones: a
-  // CPU op of few variables, outside any op, no profiler, no fence gate,
-  // under the in-flight bound.
-  if (ctx.is_gpu() || ctx.device_id < 0 || n > DirectRun::kMaxAccess) return false;
+bool EngineCore::recordless(Context ctx, std::size_t n) const noexcept {
+  // What a push without an op record can do: grant a CPU op's few
+  // variables (DirectRun::kMaxAccess, on the stack) where no profiler names
+  // ops by their record and no fence gate holds records.
+  return !ctx.is_gpu() && ctx.device_id >= 0 && n <= DirectRun::kMaxAccess && prof_ == nullptr &&
+         gate_.load(std::memory_order_relaxed) == nullptr;
+}
+
+bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
+  // Where place() runs the op on its pusher at once, the direct path runs it
+  // without a record: outside any op (it keeps the thread's op depth itself)
+  // and under the in-flight bound (a push over it waits first, in submit()).
+  if (!attrs.inline_ok || !recordless(ctx, n)) return false;
   const ThreadState& ts = t_state;
-  if (ts.depth != 0 || ts.engine != nullptr || !pusher_runs(kRunsOnPusher, ts)) return false;
-  if (prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) return false;
+  if (ts.depth != 0 || ts.engine != nullptr) return false;
+  if (place(OpShape{OpKind::fn, kRunsOnPusher, attrs.prop, ctx, false}, Origin::push).where != Place::now) {
+    return false;
+  }
   return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
 }
 
-bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
-  // A CPU lease of few variables, with no profiler or fence gate, not on a
-  // completion thread (it runs no user code), not with the naive engine
-  // (its push runs the lease's body anyway). No body runs here: the
-  // coroutine that pushes goes on with its lease, on the thread it is on.
-  if (serial_ || attrs.prop != FnProperty::normal || ctx.is_gpu() || ctx.device_id < 0 ||
-      n > DirectRun::kMaxAccess || prof_ != nullptr || gate_.load(std::memory_order_relaxed) != nullptr) {
-    return false;
-  }
-  return !t_state.completion_thread;
+bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::uint8_t traits,
+                                      std::size_t n) const noexcept {
+  // A lease's push runs no user code (it publishes the grant): where
+  // place() would run it at once, its variables may be granted here with
+  // no body and no record; the coroutine goes on with its lease, on the
+  // thread it is on.
+  return recordless(ctx, n) && place(OpShape{OpKind::fn, traits, attrs.prop, ctx, false}, Origin::push).where == Place::now;
+}
+
+bool EngineCore::inline_ok_decides(Context ctx, const OpAttrs& attrs) const noexcept {
+  const OpShape with{OpKind::fn, kRunsOnPusher, attrs.prop, ctx, false};
+  OpShape without = with;
+  without.traits = kNoTraits;
+  return place(with, Origin::push).where == Place::now && place(without, Origin::push).where != Place::now;
 }
 
 bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
@@ -582,13 +595,26 @@ void EngineCore::release_held(OpRecord* op, std::exception_ptr error) {
   dispatch(op, Origin::completion);
 }
 
-Placement EngineCore::place(const OpRecord* op, Origin origin) const {
+namespace {
+// place() reads an op's record or the shape of a push without one alike.
+bool skipped(const OpShape& op) noexcept { return op.skipped; }
+bool skipped(const OpRecord& op) noexcept {
+  return op.error.load(std::memory_order_relaxed) != nullptr && !op.always_run;
+}
+}  // namespace
+
+Placement EngineCore::place(const OpRecord* op, Origin origin) const { return place_of(*op, origin); }
+
+Placement EngineCore::place(const OpShape& op, Origin origin) const { return place_of(op, origin); }
+
+template <class Op>
+Placement EngineCore::place_of(const Op& op, Origin origin) const {
   const ThreadState& ts = t_state;
   const bool at_push = origin == Origin::push;
   // Bookkeeping (no user code) runs at once and is never deferred: the
   // waiting thread may be the one that would run the deferred list.
-  if (op->kind == OpKind::wait_var) return {Place::now};
-  if (op->kind == OpKind::posted) {
+  if (op.kind == OpKind::wait_var) return {Place::now};
+  if (op.kind == OpKind::posted) {
     // Never on the posting thread; naive, posted from inside one of its
     // ops (not on a completion thread): right after that op.
     const bool after_op = serial_ && ts.depth > 0 && !ts.completion_thread && (ts.engine == this || ts.engine == nullptr);
@@ -601,7 +627,7 @@ Placement EngineCore::place(const OpRecord* op, Origin origin) const {
     if (!at_push && ts.completion_thread) return {Place::queue, route(op)};
     return {at_push ? Place::now : Place::next};
   }
-  if (op->error.load(std::memory_order_relaxed) != nullptr && !op->always_run) {
+  if (skipped(op)) {
     // Skipped: bookkeeping, but destroying the body may resume a coroutine:
     // made ready by a completion on a thread that is not a worker, it goes to one.
     if (!at_push && ts.engine != this) return {Place::queue, route(op)};
@@ -610,20 +636,19 @@ Placement EngineCore::place(const OpRecord* op, Origin origin) const {
   if (at_push) {
     // An op that asked for it (OpTraits::kRunsOnPusher) runs on its pusher,
     // like a call; no other op ever does.
-    if (pusher_runs(op->traits, ts)) return {Place::now};
-  } else if ((op->traits & kNoUserCode) != 0 && ts.completion_thread && ts.running == nullptr && !ts.launching) {
+    if (pusher_runs(op.traits, ts)) return {Place::now};
+  } else if ((op.traits & kNoUserCode) != 0 && ts.completion_thread && ts.running == nullptr && !ts.launching) {
     // Made ready by a delivery (a reaper's, or a worker's that waited in an
     // idle ring), outside any op body: it starts its request inside the
     // delivery loop, which then submits it with the rest of its batch.
     return {Place::launch};
   }
   // A normal CPU op goes to the kind's CPU pool (no call to route()).
-  WorkerPool* const pool = op->prop == FnProperty::normal && !op->ctx.is_gpu() && kind_->cpu() != nullptr
-                               ? kind_->cpu()
-                               : route(op);
+  WorkerPool* const pool =
+      op.prop == FnProperty::normal && !op.ctx.is_gpu() && kind_->cpu() != nullptr ? kind_->cpu() : route(op);
   if (ts.engine != this) return {Place::queue, pool};  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
-  if (op->prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
+  if (op.prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
   if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps && ts.running == nullptr &&
       ts.inline_ops.empty()) {
     // Its continuation: the first op released by the op this worker just

@@ -73,6 +73,17 @@ class QueueBatch {
 /// completion of another op (or a fence's release).
 enum class Origin : std::uint8_t { push, completion };
 
+/// What place() decides on: an op's record where it is made ready, or a
+/// push that has none yet (the direct path, a lease granted at push,
+/// ordo::asio's inline mode asking ahead).
+struct OpShape {
+  OpKind kind = OpKind::fn;
+  std::uint8_t traits = kNoTraits;  ///< OpTraits bits
+  FnProperty prop = FnProperty::normal;
+  Context ctx{};
+  bool skipped = false;  ///< carries an error and does not always run: bookkeeping only
+};
+
 class EngineCore final : public PoolHost {
  public:
   explicit EngineCore(Options options);
@@ -120,11 +131,10 @@ class EngineCore final : public PoolHost {
   // cheap checks), then the grant of all its accesses (Direct::granted: the
   // caller runs the body, then end_direct with the body's error, if any; an
   // owned reference).
-  [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept {
-    return attrs.inline_ok && attrs.prop == FnProperty::normal && direct_allowed_here(ctx, n);
-  }
-  /// The checks of direct_allowed that do not look at the op's attributes.
-  [[nodiscard]] bool direct_allowed_here(Context ctx, std::size_t n) const noexcept;
+  [[nodiscard]] bool direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
+  /// Whether a push of `n` variables on `ctx` may go without an op record
+  /// (the direct path, a lease granted at push).
+  [[nodiscard]] bool recordless(Context ctx, std::size_t n) const noexcept;
   /// Specs as gathered (Direct::normalized then tells the caller to
   /// sort_merge them before the usual push). `oper`: a pre-built operator's
   /// run (specs: a copy of its OperatorRecord::direct_* list, read without a
@@ -143,7 +153,10 @@ class EngineCore final : public PoolHost {
   /// merged), `op` becomes the started op its OnComplete completes, as if
   /// its body had run; false (nothing changed) if a variable is busy, stale
   /// or carries an error.
-  [[nodiscard]] bool lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n) const noexcept;
+  [[nodiscard]] bool lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::uint8_t traits,
+                                          std::size_t n) const noexcept;
+  /// EngineExtension::inline_ok_decides: place() at push, with and without OpTraits::kRunsOnPusher.
+  [[nodiscard]] bool inline_ok_decides(Context ctx, const OpAttrs& attrs) const noexcept;
   /// What every push stores in its record before granting: the engine, the
   /// attributes and the access count, with an access block where `n` does
   /// not fit inline (op_free() sizes it by n_access).
@@ -161,6 +174,7 @@ class EngineCore final : public PoolHost {
   // Running and completing.
   /// Where `op`, ready now on this thread, runs: the one placement decision.
   [[nodiscard]] Placement place(const OpRecord* op, Origin origin) const;
+  [[nodiscard]] Placement place(const OpShape& op, Origin origin) const;
   /// Runs or queues a ready op where place() says (a fence gate may hold it
   /// first). With `batch`, an op to queue joins it (QueueBatch).
   void dispatch(OpRecord* op, Origin origin, QueueBatch* batch = nullptr);
@@ -231,7 +245,10 @@ class EngineCore final : public PoolHost {
   /// The pool that runs a queued op: the engine kind's decision.
   template <class Spec>
   void enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, const OpAttrs& attrs);
-  WorkerPool* route(const OpRecord* op) const { return kind_->route(op); }
+  template <class Op>
+  WorkerPool* route(const Op& op) const { return kind_->route(op.ctx, op.prop); }
+  template <class Op>
+  [[gnu::always_inline]] inline Placement place_of(const Op& op, Origin origin) const;
   void run_now(OpRecord* op);
   /// Runs the ops trampolined on this thread (run_later) until none is left.
   static void drain_inline(ThreadState& ts);

@@ -17,7 +17,7 @@ namespace {
 class NaiveKind final : public EngineKindPolicy {
  public:
   explicit NaiveKind(EngineCore& core) : EngineKindPolicy(true), core_(core) {}
-  WorkerPool* route(const OpRecord*) override {
+  WorkerPool* route(Context, FnProperty) override {
     WorkerPool* h = helper_.load(std::memory_order_acquire);
     if (h != nullptr) return h;
     const std::lock_guard lock(helper_mutex_);
@@ -42,8 +42,8 @@ class PooledKind final : public EngineKindPolicy {
     cpu_ = &start(core, "cpu", o.cpu_workers, WorkerPool::Order::fifo);
     if (o.io_workers > 0) io_ = &start(core, "io", o.io_workers, WorkerPool::Order::fifo);
   }
-  WorkerPool* route(const OpRecord* op) override {
-    const bool copy = op->prop == FnProperty::copy_to_device || op->prop == FnProperty::copy_from_device;
+  WorkerPool* route(Context, FnProperty prop) override {
+    const bool copy = prop == FnProperty::copy_to_device || prop == FnProperty::copy_from_device;
     return copy && io_ != nullptr ? io_ : cpu_;
   }
 
@@ -64,14 +64,14 @@ class PerDeviceKind final : public EngineKindPolicy {
       priority_ = &start(core, "cpu_priority", o.cpu_priority_workers, WorkerPool::Order::priority);
     }
   }
-  WorkerPool* route(const OpRecord* op) override {
-    if (op->ctx.is_gpu()) {
-      const Device& d = device(op->ctx.device_id);
-      if (op->prop == FnProperty::copy_to_device) return d.copy_in;
-      if (op->prop == FnProperty::copy_from_device) return d.copy_out;
+  WorkerPool* route(Context ctx, FnProperty prop) override {
+    if (ctx.is_gpu()) {
+      const Device& d = device(ctx.device_id);
+      if (prop == FnProperty::copy_to_device) return d.copy_in;
+      if (prop == FnProperty::copy_from_device) return d.copy_out;
       return d.compute;
     }
-    if (op->prop == FnProperty::cpu_prioritized && priority_ != nullptr) return priority_;
+    if (prop == FnProperty::cpu_prioritized && priority_ != nullptr) return priority_;
     return cpu_;
   }
 

@@ -35,8 +35,8 @@ class EngineKindPolicy {
   /// The kind `options.kind` names, its pools started.
   static std::unique_ptr<EngineKindPolicy> make(EngineCore& core, const Options& options);
 
-  /// The pool that runs `op` once place() has queued it.
-  virtual WorkerPool* route(const OpRecord* op) = 0;
+  /// The pool that runs an op of this context and property once place() has queued it.
+  virtual WorkerPool* route(Context ctx, FnProperty prop) = 0;
   /// Every op runs on the thread that makes it ready (naive).
   [[nodiscard]] bool serial() const noexcept { return serial_; }
   /// The pool whose workers run normal CPU ops (null: naive).

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "ordo/context.hpp"
+#include "ordo/detail/extension.hpp"
 #include "ordo/engine.hpp"
 
 namespace ordo::asio_detail {
@@ -104,9 +105,11 @@ std::int64_t cost_ns() noexcept {
   return g_fn_cost_ns<F>.load(std::memory_order_relaxed);
 }
 
-/// True if an op pushed with (ctx, attrs) may take the inline path at all.
+/// True if an op pushed with (ctx, attrs) may take the inline path at all:
+/// a normal CPU op whose inline_ok decides, in the engine, where it runs.
 inline bool eligible(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept {
-  return attrs.inline_ok && attrs.prop == FnProperty::normal && !ctx.is_gpu() && engine.kind() != EngineKind::naive;
+  return attrs.inline_ok && attrs.prop == FnProperty::normal && !ctx.is_gpu() &&
+         detail::EngineExtension::inline_ok_decides(engine, ctx, attrs);
 }
 
 /// The pending counter of the io_context running on this thread, if a fn

@@ -46,17 +46,25 @@ struct EngineExtension {
     return engine.init_operator(rec, reads, writes, attrs, traits);
   }
 
-  /// A coroutine lease granted inside its push, with no body: where all of
-  /// its variables are free now (and the engine is not naive, no profiler or
-  /// fence gate is on, at most DirectRun::kMaxAccess variables, not on a
-  /// CompletionThread), grants the accesses and returns the started op (its
+  /// A coroutine lease granted inside its push, with no body: where the
+  /// engine would run the lease's push at once (not on a CompletionThread,
+  /// but with the naive engine) and all of its variables are free now (no
+  /// profiler or fence gate on, at most DirectRun::kMaxAccess variables, a
+  /// CPU context), grants the accesses and returns the started op (its
   /// OnComplete releases them) and this thread's worker index (-1: not a
   /// worker of `engine`); null where the usual push must be made. The
   /// coroutine then goes on where it is: it runs no other op.
+  /// `traits`: those the lease's push would carry (its placement).
   static OpRecord* grant_now(Engine& engine, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                             int& worker) {
-    return engine.grant_lease_now(ctx, reads, writes, attrs, worker);
+                             std::uint8_t traits, int& worker) {
+    return engine.grant_lease_now(ctx, reads, writes, attrs, traits, worker);
   }
+
+  /// Whether OpAttrs::inline_ok decides where an op pushed on this thread now
+  /// would run (the engine's placement decision): on this thread with it, on
+  /// a worker without it. False where it runs here either way (the naive
+  /// engine) or never (a completion thread). ordo::asio's inline mode asks it.
+  static bool inline_ok_decides(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept;
 
   /// The engine's timer service (ordo/timer.hpp; ordo::io's io_uring
   /// Reactor attaches to it as its delegate), made by the first call (its
