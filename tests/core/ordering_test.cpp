@@ -298,6 +298,46 @@ TEST(OrderingPolicy, DuplicatesAndReadWriteOfSameVarCountAsOneWrite) {
   EXPECT_EQ(engine.var_version(a), 3U) << "each counts as exactly one write";
 }
 
+TEST(OrderingPolicy, ListsWithDuplicatesAcrossAccessBlockSizesKeepTheirOrder) {
+  // A push locks its lists as given; a variable listed twice sends it to the
+  // sorted, merged path, which may move the op's accesses out of their block
+  // into the record (4 -> 3) or keep the block (6 -> 5); 18 listed is more
+  // than a push gathers on its stack: sorted and merged before it is
+  // prepared. Every op is one write of each variable it names, in push order.
+  for (const EngineKind kind : {EngineKind::naive, EngineKind::pooled, EngineKind::per_device}) {
+    Engine engine(Options{.kind = kind, .cpu_workers = 2});
+    std::vector<Var> v;
+    for (int i = 0; i < 20; ++i) v.push_back(engine.new_variable());
+    std::vector<int> order;
+    auto op = [&order](int id) { return [&order, id] { order.push_back(id); }; };
+    engine.push_sync(op(0), Context::cpu(), {}, {v[0], v[1], v[2], v[0]});
+    engine.push_sync(op(1), Context::cpu(), {v[3]}, {v[0], v[1], v[2], v[3], v[4]});
+    std::vector<Var> many(v.begin(), v.begin() + 17);
+    many.push_back(v[2]);
+    engine.push_sync(op(2), Context::cpu(), {}, many);
+    engine.push_sync(op(3), Context::cpu(), {v[1]}, {v[1]});
+    engine.wait_for_all();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3})) << to_string(kind);
+    EXPECT_EQ(engine.var_version(v[0]), 3U) << to_string(kind);
+    EXPECT_EQ(engine.var_version(v[1]), 4U) << to_string(kind);
+    EXPECT_EQ(engine.var_version(v[2]), 3U) << to_string(kind);
+    EXPECT_EQ(engine.var_version(v[3]), 2U) << to_string(kind) << ": read and written, one write";
+    EXPECT_EQ(engine.var_version(v[16]), 1U) << to_string(kind);
+    EXPECT_EQ(engine.var_version(v[17]), 0U) << to_string(kind);
+    // A stale handle in a list pushed as given: refused, naming the variable.
+    Var gone = v[19];
+    engine.delete_variable(gone);
+    try {
+      engine.push_sync([] {}, Context::cpu(), {v[5]}, {v[6], gone});
+      ADD_FAILURE() << to_string(kind) << ": a push of a deleted variable was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::deleted_var) << to_string(kind);
+      EXPECT_NE(std::string(e.what()).find("var " + std::to_string(gone.id())), std::string::npos) << e.what();
+    }
+    engine.wait_for_all();
+  }
+}
+
 TEST(OrderingPolicy, GpuContextsRouteToDeviceWorkers) {
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 1});
   Var v = engine.new_variable();
