@@ -46,6 +46,18 @@ enum class OpCode : std::uint8_t {
   read_dir,  ///< fd = an open directory, addr = std::vector<DirEntry>* -> the next batch's count, 0 at the end
 };
 
+inline constexpr int kOpCodes = static_cast<int>(OpCode::read_dir) + 1;
+
+struct Request;
+
+/// A reactor's bookkeeping of its requests, reached from each request it
+/// started (Request::tap): per-kind counts for Engine::stats().
+struct IoTap {
+  /// Requests started / delivered, per OpCode (relaxed: counters).
+  std::atomic<std::uint64_t> started[kOpCodes] = {};
+  std::atomic<std::uint64_t> delivered[kOpCodes] = {};
+};
+
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
 inline constexpr std::uint32_t kFsyncDatasync = 1;
 /// A timer's deadline_ns is a steady_clock (CLOCK_MONOTONIC) time, not a
@@ -86,6 +98,7 @@ struct Request {
   void* user = nullptr;  ///< the front end's object owning this request
   std::atomic<std::int32_t> refs{0};
   std::atomic<std::uint64_t> gen{0};  ///< pooled requests: bumped on reuse, checked by Handle::cancel
+  IoTap* tap = nullptr;               ///< the reactor that started it (Reactor::start)
 
   // ---- backend scratch (owned by the backend while the request is in flight)
   Request* backend_next = nullptr;
@@ -106,10 +119,18 @@ inline bool try_retain(Request* r) noexcept {
   return true;
 }
 
+/// Delivers `r` (calls done), counted by the reactor that started it.
+inline void deliver(Request* r) noexcept {
+  if (IoTap* tap = r->tap; tap != nullptr) {
+    tap->delivered[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  }
+  r->done(r);
+}
+
 /// Drops one reference; the last one delivers the request (calls done).
 /// Backends call it once for the op itself (finish_op) and once per cancel().
 inline void release(Request* r) noexcept {
-  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) r->done(r);
+  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) deliver(r);
 }
 /// The backend's end of an op: stores the result, drops the op's reference.
 inline void finish_op(Request* r, std::int64_t res) noexcept {
