@@ -306,6 +306,7 @@ bool IoOpBase::suspend(std::coroutine_handle<> h) {
   // inline). On a worker where the resumption would be posted, go on here:
   // the same place, one queue hop and maybe a cross-core migration less.
   if (io_->resume_here()) return false;
+  const ReleasedBy released(req_);  // the resumption is what the request released
   io_->post_resume(waiter_);
   return true;
 }
@@ -473,6 +474,7 @@ Reactor::Reactor(Engine& engine, IoOptions options)
     reason_ = opts_.backend == Backend::threads ? "threads (requested)" : "threads: " + why_not;
   }
   state_->backend_name = kind_ == Backend::uring ? "io_uring" : "threads";
+  state_->tap.profiler = ordo::detail::EngineExtension::profiler(engine_);
   if (opts_.log) {
     opts_.log("ordo::io: backend " + reason_);
   } else if (opts_.backend == Backend::automatic && kind_ == Backend::threads) {
@@ -545,6 +547,7 @@ void Reactor::start(detail::Request* r) {
   r->refs.store(1, std::memory_order_relaxed);
   r->tap = &s.tap;
   s.tap.started[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  if (s.tap.profiler != nullptr) [[unlikely]] profile_start(r);
   s.starting.fetch_add(1, std::memory_order_seq_cst);
   if (s.closed.load(std::memory_order_seq_cst)) {
     s.starting.fetch_sub(1, std::memory_order_seq_cst);
@@ -570,6 +573,28 @@ void Reactor::start(detail::Request* r) {
     detail::finish_op(r, failed);
   }
   s.starting.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Reactor::profile_start(detail::Request* r) noexcept {
+  std::uint64_t bytes = 0;
+  switch (r->code) {
+    case detail::OpCode::read:
+    case detail::OpCode::write:
+    case detail::OpCode::recv:
+    case detail::OpCode::send:
+      bytes = r->len;
+      break;
+    case detail::OpCode::readv:
+    case detail::OpCode::writev:
+      for (std::uint64_t i = 0; i < r->len; ++i) bytes += static_cast<const iovec*>(r->addr)[i].iov_len;
+      break;
+    default:
+      break;
+  }
+  // The backend that runs it: the thread backend serves what io_uring cannot.
+  const char* track = kind_ == Backend::uring && backend_->supports(r->code) ? "io_uring" : "threads";
+  r->prof_id = ordo::detail::profile_slice_begin(state_->tap.profiler, ordo::detail::SliceCategory::io,
+                                                 detail::op_name(*r), track, bytes);
 }
 
 void Reactor::cancel(detail::Request* r) {

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ordo/detail/profile_hooks.hpp"
+
 namespace ordo::io {
 
 enum class Backend : std::uint8_t {
@@ -56,6 +58,9 @@ struct IoTap {
   /// Requests started / delivered, per OpCode (relaxed: counters).
   std::atomic<std::uint64_t> started[kOpCodes] = {};
   std::atomic<std::uint64_t> delivered[kOpCodes] = {};
+  /// The engine's profiler, null when profiling is off: then one
+  /// predictable branch per start and per delivery. Immutable once set.
+  ordo::detail::ProfilerCore* profiler = nullptr;
 };
 
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
@@ -99,6 +104,7 @@ struct Request {
   std::atomic<std::int32_t> refs{0};
   std::atomic<std::uint64_t> gen{0};  ///< pooled requests: bumped on reuse, checked by Handle::cancel
   IoTap* tap = nullptr;               ///< the reactor that started it (Reactor::start)
+  std::uint64_t prof_id = 0;          ///< its slice in the trace (with a profiler; 0: none)
 
   // ---- backend scratch (owned by the backend while the request is in flight)
   Request* backend_next = nullptr;
@@ -119,10 +125,40 @@ inline bool try_retain(Request* r) noexcept {
   return true;
 }
 
-/// Delivers `r` (calls done), counted by the reactor that started it.
+/// For its scope, the ops this thread pushes or finishes were released by
+/// r's completion (profiling on; nothing otherwise): deliver(), and a
+/// coroutine's awaiter that resumes it itself when the delivery came first.
+class ReleasedBy {
+ public:
+  explicit ReleasedBy(const Request& r) noexcept
+      : prof_(r.tap != nullptr ? r.tap->profiler : nullptr) {
+    if (prof_ != nullptr) [[unlikely]] ordo::detail::profile_release_begin(prof_, r.prof_id);
+  }
+  ~ReleasedBy() {
+    if (prof_ != nullptr) [[unlikely]] ordo::detail::profile_release_end(prof_);
+  }
+  ReleasedBy(const ReleasedBy&) = delete;
+  ReleasedBy& operator=(const ReleasedBy&) = delete;
+
+ private:
+  ordo::detail::ProfilerCore* prof_;
+};
+
+/// Delivers `r` (calls done), counted by the reactor that started it; with
+/// a profiler, ends its slice and marks what done() pushes or completes on
+/// this thread (a resumption, a callback, an op's OnComplete) as released by it.
 inline void deliver(Request* r) noexcept {
-  if (IoTap* tap = r->tap; tap != nullptr) {
-    tap->delivered[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  IoTap* tap = r->tap;
+  if (tap == nullptr) {
+    r->done(r);
+    return;
+  }
+  tap->delivered[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  if (ordo::detail::ProfilerCore* prof = tap->profiler; prof != nullptr) [[unlikely]] {
+    ordo::detail::profile_slice_end(prof, r->prof_id, r->res);
+    const ReleasedBy scope(*r);
+    r->done(r);  // may free r, or start it again (an exact transfer's next part)
+    return;
   }
   r->done(r);
 }
