@@ -103,7 +103,8 @@ struct SliceProfile {
   int thread = -1;             ///< thread that began it (index into ProfileData::threads)
   int end_thread = -1;         ///< thread that ended it
   std::int32_t peer = -1;      ///< transfers: the other rank
-  std::uint64_t key = 0;       ///< transfers: what ties a send to its receive on the other rank
+  std::uint64_t key = 0;       ///< transfers: the variable's transfer number (with var and the ranks: unique)
+  std::uint64_t var = 0;       ///< transfers: the distributed variable's id
 };
 
 /// A slice's completion released an op: pushed it (a coroutine's
@@ -121,6 +122,9 @@ struct ProfileData {
   std::vector<SliceProfile> slices;          ///< sorted by begin time
   std::vector<SliceRelease> slice_releases;
   std::vector<std::string> threads;  ///< track names, "cpu/0", "thread 1 (main)", ...
+  /// The profile's time 0 as a steady_clock (CLOCK_MONOTONIC) time: what
+  /// puts the traces of several processes of one machine on one time line.
+  std::int64_t clock_origin_ns = 0;
   std::uint64_t dropped_events = 0;  ///< events not recorded because ProfileOptions::max_events was reached
 };
 

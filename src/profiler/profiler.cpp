@@ -270,7 +270,8 @@ void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
 }
 
 std::uint64_t ProfilerCore::slice_begin(SliceCategory category, const char* name, const char* track,
-                                        std::uint64_t bytes, std::int32_t peer, std::uint64_t key) noexcept {
+                                        std::uint64_t bytes, std::int32_t peer, std::uint64_t key,
+                                        std::uint64_t var) noexcept {
   const std::int64_t t = now();
   ThreadBuffer* b = buffer();
   if (b == nullptr) return 0;
@@ -282,6 +283,7 @@ std::uint64_t ProfilerCore::slice_begin(SliceCategory category, const char* name
   append(b, Event{t, id, bytes, name_id, EventType::slice_begin, static_cast<std::uint8_t>(category)});
   append(b, Event{t, id, b->running, track_id, EventType::slice_info, 0});
   if (peer >= 0) append(b, Event{t, id, key, static_cast<std::uint32_t>(peer), EventType::slice_peer, 0});
+  if (var != 0) append(b, Event{t, id, var, 0, EventType::slice_var, 0});
   return id;
 }
 
@@ -299,8 +301,9 @@ void ProfilerCore::release_end() noexcept {
 }
 
 std::uint64_t profile_slice_begin(ProfilerCore* p, SliceCategory category, const char* name, const char* track,
-                                  std::uint64_t bytes, std::int32_t peer, std::uint64_t key) noexcept {
-  return p->slice_begin(category, name, track, bytes, peer, key);
+                                  std::uint64_t bytes, std::int32_t peer, std::uint64_t key,
+                                  std::uint64_t var) noexcept {
+  return p->slice_begin(category, name, track, bytes, peer, key, var);
 }
 void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result) noexcept {
   p->slice_end(slice, result);
@@ -338,6 +341,7 @@ void ProfilerCore::clear() {
 
 ProfileData ProfilerCore::data() const {
   ProfileData out;
+  out.clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(epoch_.time_since_epoch()).count();
   struct Tagged {
     Event e;
     std::uint32_t thread;
@@ -412,7 +416,10 @@ ProfileData ProfilerCore::data() const {
       links.push_back({e.x, e.op, e.flags != 0});
       continue;
     }
-    if (e.type != EventType::slice_info && e.type != EventType::slice_peer && e.type != EventType::slice_end) continue;
+    if (e.type != EventType::slice_info && e.type != EventType::slice_peer && e.type != EventType::slice_var &&
+        e.type != EventType::slice_end) {
+      continue;
+    }
     auto it = slice_index.find(e.op);
     if (it == slice_index.end()) continue;  // begun before clear(), or its begin was dropped
     SliceProfile& sp = slices[it->second];
@@ -422,6 +429,8 @@ ProfileData ProfilerCore::data() const {
     } else if (e.type == EventType::slice_peer) {
       sp.key = e.x;
       sp.peer = static_cast<std::int32_t>(e.y);
+    } else if (e.type == EventType::slice_var) {
+      sp.var = e.x;
     } else {
       sp.end_ns = e.t;
       sp.result = static_cast<std::int64_t>(e.x);
@@ -466,6 +475,7 @@ ProfileData ProfilerCore::data() const {
       case EventType::slice_begin:
       case EventType::slice_info:
       case EventType::slice_peer:
+      case EventType::slice_var:
       case EventType::slice_end:
       case EventType::slice_link:
         break;  // joined above

@@ -44,6 +44,7 @@ enum class EventType : std::uint8_t {
   slice_begin,  ///< op: slice id, t = begun; x = bytes, y = name id, flags = SliceCategory
   slice_info,   ///< op: slice id; x = the op that began it (its profiler id, 0: none), y = track name id
   slice_peer,   ///< op: slice id; x = key, y = peer (as uint32)
+  slice_var,    ///< op: slice id; x = var (a transfer's variable)
   slice_end,    ///< op: slice id, t = ended; x = result (as uint64)
   slice_link,   ///< op: an op's id, t = when; x = the slice that released it, flags = 1 at the op's end, 0 at its push
 };
@@ -116,7 +117,7 @@ class ProfilerCore {
 
   // Slices (ordo/detail/profile_hooks.hpp).
   std::uint64_t slice_begin(SliceCategory category, const char* name, const char* track, std::uint64_t bytes,
-                            std::int32_t peer, std::uint64_t key) noexcept;
+                            std::int32_t peer, std::uint64_t key, std::uint64_t var) noexcept;
   void slice_end(std::uint64_t slice, std::int64_t result) noexcept;
   void release_begin(std::uint64_t slice) noexcept;
   void release_end() noexcept;

@@ -226,7 +226,8 @@ void write_trace(std::ostream& os, const ProfileData& d) {
   for (const OpProfile& p : d.ops) unfinished += finished(p) ? 0 : 1;
 
   os << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"ordo\",\"ops\":" << d.ops.size()
-     << ",\"unfinished_ops\":" << unfinished << ",\"dropped_events\":" << d.dropped_events << "},\n\"traceEvents\":[\n";
+     << ",\"unfinished_ops\":" << unfinished << ",\"dropped_events\":" << d.dropped_events
+     << ",\"clock_origin_ns\":" << d.clock_origin_ns << "},\n\"traceEvents\":[\n";
   bool first = true;
   auto begin = [&]() -> std::ostream& {
     if (!first) os << ",\n";
@@ -338,7 +339,7 @@ void write_trace(std::ostream& os, const ProfileData& d) {
     os << ",\"args\":{\"slice\":" << sp.id << ",\"track\":";
     json_string(os, sp.track);
     os << ",\"bytes\":" << sp.bytes << ",\"result\":" << sp.result << ",\"launched_by\":" << sp.launched_by;
-    if (sp.peer >= 0) os << ",\"peer\":" << sp.peer << ",\"key\":" << sp.key;
+    if (sp.peer >= 0) os << ",\"peer\":" << sp.peer << ",\"key\":" << sp.key << ",\"var\":" << sp.var;
     os << ",\"thread\":";
     json_string(os, sp.thread >= 0 ? d.threads[static_cast<std::size_t>(sp.thread)] : "");
     os << "}}";

@@ -21,12 +21,13 @@ enum class SliceCategory : std::uint8_t {
 };
 
 /// Begins a slice named `name` (a string that lives as long as the engine:
-/// interned by address) on `track` (the same), moving `bytes`; `peer` and `key` tie a
-/// transfer to its other end (-1 and 0 otherwise). The op whose body runs on
+/// interned by address) on `track` (the same), moving `bytes`; `peer`,
+/// `key` and `var` tie a transfer to its other end (-1, 0, 0 otherwise). The op whose body runs on
 /// this thread, if any, is recorded as the one that began it. Returns the
 /// slice's id, 0 if it was not recorded (out of memory, events dropped).
 std::uint64_t profile_slice_begin(ProfilerCore* p, SliceCategory category, const char* name, const char* track,
-                                  std::uint64_t bytes, std::int32_t peer = -1, std::uint64_t key = 0) noexcept;
+                                  std::uint64_t bytes, std::int32_t peer = -1, std::uint64_t key = 0,
+                                  std::uint64_t var = 0) noexcept;
 /// Ends slice `slice` (0: nothing) with `result` (bytes, an fd, or -errno).
 void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result) noexcept;
 /// From now until profile_release_end() on this thread, the ops this thread
@@ -34,5 +35,22 @@ void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result
 /// OnComplete) were released by `slice`: the trace draws an arrow to each.
 void profile_release_begin(ProfilerCore* p, std::uint64_t slice) noexcept;
 void profile_release_end(ProfilerCore* p) noexcept;
+
+/// profile_release_begin / _end for a scope; nothing with a null profiler
+/// or slice 0 (profiling off: one predictable branch).
+class ProfileReleaseScope {
+ public:
+  ProfileReleaseScope(ProfilerCore* p, std::uint64_t slice) noexcept : p_(slice != 0 ? p : nullptr) {
+    if (p_ != nullptr) [[unlikely]] profile_release_begin(p_, slice);
+  }
+  ~ProfileReleaseScope() {
+    if (p_ != nullptr) [[unlikely]] profile_release_end(p_);
+  }
+  ProfileReleaseScope(const ProfileReleaseScope&) = delete;
+  ProfileReleaseScope& operator=(const ProfileReleaseScope&) = delete;
+
+ private:
+  ProfilerCore* p_;
+};
 
 }  // namespace ordo::detail

@@ -128,20 +128,10 @@ inline bool try_retain(Request* r) noexcept {
 /// For its scope, the ops this thread pushes or finishes were released by
 /// r's completion (profiling on; nothing otherwise): deliver(), and a
 /// coroutine's awaiter that resumes it itself when the delivery came first.
-class ReleasedBy {
+class ReleasedBy : ordo::detail::ProfileReleaseScope {
  public:
   explicit ReleasedBy(const Request& r) noexcept
-      : prof_(r.tap != nullptr ? r.tap->profiler : nullptr) {
-    if (prof_ != nullptr) [[unlikely]] ordo::detail::profile_release_begin(prof_, r.prof_id);
-  }
-  ~ReleasedBy() {
-    if (prof_ != nullptr) [[unlikely]] ordo::detail::profile_release_end(prof_);
-  }
-  ReleasedBy(const ReleasedBy&) = delete;
-  ReleasedBy& operator=(const ReleasedBy&) = delete;
-
- private:
-  ordo::detail::ProfilerCore* prof_;
+      : ProfileReleaseScope(r.tap != nullptr ? r.tap->profiler : nullptr, r.prof_id) {}
 };
 
 /// Delivers `r` (calls done), counted by the reactor that started it; with
