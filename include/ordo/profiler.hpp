@@ -157,8 +157,32 @@ struct SliceStats {
   std::int64_t max_ns = 0;
 };
 
+/// One op or slice on the critical path.
+struct CriticalStep {
+  std::string kind;  ///< "op", or a slice's category ("io", "gpu", "transfer")
+  std::string name;  ///< the op's name ("(unnamed)" without one) or the request's ("read", ...)
+  std::uint64_t id = 0;  ///< OpProfile::id or SliceProfile::id
+  std::int64_t begin_ns = 0;  ///< op: start (a wait: its call); slice: begin
+  std::int64_t end_ns = 0;
+};
+
+/// The chain of dependent ops, io requests, GPU work and transfers that
+/// bounded the run: from the work that finished last, back through what
+/// each step waited for (the op whose completion made it ready, the request
+/// whose delivery finished or pushed it, the op that began a request).
+struct CriticalPath {
+  std::vector<CriticalStep> steps;  ///< first to last
+  /// Time the chain covers: each step's time not overlapping the step before.
+  std::int64_t length_ns = 0;
+  /// From the first push to the last end of the profile.
+  std::int64_t wall_ns = 0;
+  /// Its longest steps (at most five), longest first.
+  std::vector<CriticalStep> top;
+};
+
 /// The summary table: one row per op name, largest total first.
 struct ProfileSummary {
+  CriticalPath critical_path;
   std::vector<OpStats> ops;
   std::vector<SliceStats> slices;    ///< one row per category and name, largest total first
   std::uint64_t unfinished = 0;      ///< ops not finished when it was taken (not in the rows)

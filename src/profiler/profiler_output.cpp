@@ -8,11 +8,13 @@
 #include <map>
 #include <ostream>
 #include <queue>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <unordered_map>
 
 #include "ordo/error.hpp"
+#include "critical_path.hpp"
 #include "ordo/profiler.hpp"
 #include "profiler.hpp"
 
@@ -436,8 +438,18 @@ std::string dot_escape(std::string_view s) {
 
 void write_dot_graph(std::ostream& os, const ProfileData& d, const DotOptions& o) {
   const std::size_t n = std::min(d.ops.size(), o.max_ops);
+  // The critical path: bold blue nodes and edges, its requests as notes.
+  const CriticalPath cp = detail::critical_path(d);
+  std::set<std::uint64_t> path_ops;
+  std::set<std::string> path_links;  // "n1->n2": consecutive steps
+  auto node_id = [](const CriticalStep& st) { return (st.kind == "op" ? "n" : "s") + std::to_string(st.id); };
+  for (std::size_t i = 0; i < cp.steps.size(); ++i) {
+    if (cp.steps[i].kind == "op") path_ops.insert(cp.steps[i].id);
+    if (i > 0) path_links.insert(node_id(cp.steps[i - 1]) + "->" + node_id(cp.steps[i]));
+  }
+  const char* bold = ", penwidth=3, color=\"#1f77b4\"";
   os << "digraph ordo {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"ordo: dependencies the engine "
-        "discovered (solid: made it ready; dashed: also waited for it)";
+        "discovered (solid: made it ready; dashed: also waited for it; bold blue: the critical path)";
   if (n < d.ops.size()) os << "\\nshowing the first " << n << " of " << d.ops.size() << " ops (DotOptions::max_ops)";
   if (d.dropped_events > 0) os << "\\n" << d.dropped_events << " events dropped: later ops missing";
   os << "\"];\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n  edge [fontname=\"Helvetica\", "
@@ -452,9 +464,28 @@ void write_dot_graph(std::ostream& os, const ProfileData& d, const DotOptions& o
     if (p.status != ProfiledStatus::ok) label << '\n' << to_string(p.status);
     if (!p.error.empty()) label << ": " << p.error;
     os << "  n" << p.id << " [label=\"" << dot_escape(label.str()) << "\"";
-    if (p.status == ProfiledStatus::failed) os << ", color=red";
+    if (path_ops.count(p.id) != 0) {
+      os << ", penwidth=3, color=\"" << (p.status == ProfiledStatus::failed ? "red" : "#1f77b4") << "\"";
+    } else if (p.status == ProfiledStatus::failed) {
+      os << ", color=red";
+    }
     if (p.status == ProfiledStatus::skipped || p.status == ProfiledStatus::unfinished) os << ", style=\"rounded,dashed\"";
     os << "];\n";
+  }
+  // The critical path's requests (io, gpu, transfers), with the links to
+  // the ops around them on the path.
+  for (std::size_t i = 0; i < cp.steps.size(); ++i) {
+    const CriticalStep& st = cp.steps[i];
+    if (st.kind == "op") continue;
+    std::ostringstream label;
+    label << st.kind << ' ' << st.name << " #" << st.id << '\n' << human(st.end_ns - st.begin_ns);
+    os << "  s" << st.id << " [shape=note, label=\"" << dot_escape(label.str()) << "\"" << bold << "];\n";
+    for (const std::size_t j : {i - 1, i + 1}) {
+      if (j >= cp.steps.size() || (cp.steps[j].kind == "op" && cp.steps[j].id > n)) continue;
+      const std::size_t from = std::min(i, j), to = std::max(i, j);
+      if (j < i && cp.steps[j].kind != "op") continue;  // two requests in a row: drawn once, from the first
+      os << "  " << node_id(cp.steps[from]) << " -> " << node_id(cp.steps[to]) << " [" << bold + 2 << "];\n";
+    }
   }
   auto mode = [&](std::uint64_t op, std::uint32_t var) {
     for (const ProfiledAccess& a : d.ops[op - 1].accesses) {
@@ -464,8 +495,9 @@ void write_dot_graph(std::ostream& os, const ProfileData& d, const DotOptions& o
   };
   for (const DependencyEdge& e : d.edges) {
     if (e.from > n || e.to > n) continue;
+    const bool on_path = path_links.count("n" + std::to_string(e.from) + "->n" + std::to_string(e.to)) != 0;
     os << "  n" << e.from << " -> n" << e.to << " [label=\"v" << e.var << " " << mode(e.from, e.var) << "->"
-       << mode(e.to, e.var) << "\"" << (e.released ? "" : ", style=dashed") << "];\n";
+       << mode(e.to, e.var) << "\"" << (e.released ? "" : ", style=dashed") << (on_path ? bold : "") << "];\n";
   }
   os << "}\n";
 }
@@ -538,6 +570,7 @@ ProfileSummary summarize(const ProfileData& d) {
   }
   std::stable_sort(s.slices.begin(), s.slices.end(),
                    [](const SliceStats& x, const SliceStats& y) { return x.total_ns > y.total_ns; });
+  s.critical_path = detail::critical_path(d);
   return s;
 }
 
@@ -580,6 +613,18 @@ std::string ProfileSummary::table() const {
                     human(s.p99_ns).c_str(), human(s.max_ns).c_str());
       os << line;
     }
+  }
+  if (!critical_path.steps.empty()) {
+    const CriticalPath& cp = critical_path;
+    os << "\ncritical path: " << cp.steps.size() << " step(s), " << human(cp.length_ns) << " of "
+       << human(cp.wall_ns) << " wall time";
+    if (cp.wall_ns > 0) os << " (" << (100 * cp.length_ns + cp.wall_ns / 2) / cp.wall_ns << "%)";
+    os << "\n  longest on it:";
+    for (const CriticalStep& st : cp.top) {
+      os << ' ' << (st.kind == "op" ? "" : st.kind + " ") << st.name << " #" << st.id << " ("
+         << human(st.end_ns - st.begin_ns) << ")" << (&st == &cp.top.back() ? "" : ",");
+    }
+    os << "\n";
   }
   if (dropped_events > 0) {
     os << dropped_events << " event(s) dropped: ProfileOptions::max_events was reached; later ops are missing\n";

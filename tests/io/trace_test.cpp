@@ -193,6 +193,39 @@ TEST_P(IoTrace, RequestsAreSlicesWithArrowsToTheirOps) {
   EXPECT_NE(s.table().find("read"), std::string::npos);
 }
 
+// A read whose data an op then consumes: the critical path goes through the
+// request (the launcher op waited for it), and the DOT graph draws it.
+TEST_P(IoTrace, CriticalPathGoesThroughTheRequest) {
+  Options o;
+  o.cpu_workers = 2;
+  o.profile.enabled = true;
+  Engine engine(o);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  std::array<std::byte, 10> buf{};
+  {
+    Reactor io(engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}});
+    const Var v = engine.new_variable();
+    // An empty pipe: the read waits until the data comes, after the consumer is queued behind it.
+    io.push_read(v, p[0], buf, Reactor::kCurrent, {}, OpAttrs{.name = "load"});
+    engine.push_sync([&] { EXPECT_EQ(buf[9], std::byte{'9'}); }, Context::cpu(), {v}, {}, OpAttrs{.name = "consume"});
+    ASSERT_EQ(::write(p[1], "0123456789", 10), 10);
+    engine.wait_for_all();
+  }
+  ::close(p[0]);
+  ::close(p[1]);
+  const CriticalPath cp = engine.profiler().summary().critical_path;
+  std::vector<std::string> steps;
+  for (const CriticalStep& st : cp.steps) steps.push_back(st.kind + ":" + st.name);
+  EXPECT_EQ(steps, (std::vector<std::string>{"io:read", "op:load", "op:consume"}));
+  EXPECT_LE(cp.length_ns, cp.wall_ns);
+  std::ostringstream dot;
+  engine.profiler().write_dot(dot);
+  EXPECT_NE(dot.str().find("[shape=note, label=\"io read #1\\n"), std::string::npos) << dot.str();
+  EXPECT_NE(dot.str().find("  s1 -> n1 [penwidth=3"), std::string::npos) << dot.str();
+  EXPECT_NE(engine.profiler().summary().table().find("critical path: 3 step(s)"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IoTrace, ::testing::ValuesIn(backends()), backend_name);
 
 }  // namespace
