@@ -27,7 +27,7 @@ void StatsHub::count_first(std::uint64_t n) noexcept {
   try {
     auto c = std::make_unique<Counter>();
     counter = &c->n;
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(counters_mutex_);
     counters_.push_back(std::move(c));
   } catch (...) {
     // Out of memory: this count goes to the shared counter, and the next
@@ -41,23 +41,23 @@ void StatsHub::count_first(std::uint64_t n) noexcept {
 
 std::uint64_t StatsHub::completed() const {
   std::uint64_t total = shared_.n.load(std::memory_order_relaxed);
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(counters_mutex_);
   for (const auto& c : counters_) total += c->n.load(std::memory_order_relaxed);
   return total;
 }
 
 void StatsHub::add_source(const StatsSource* s) {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(sources_mutex_);
   sources_.push_back(s);
 }
 
 void StatsHub::remove_source(const StatsSource* s) noexcept {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(sources_mutex_);
   sources_.erase(std::remove(sources_.begin(), sources_.end(), s), sources_.end());
 }
 
 void StatsHub::collect(EngineStats& stats) const {
-  const std::lock_guard lock(mutex_);
+  const std::lock_guard lock(sources_mutex_);
   for (const StatsSource* s : sources_) s->add_to(stats);
 }
 

@@ -63,12 +63,16 @@ class StatsHub {
 
   std::int64_t created_ns_;
   std::uint64_t uid_;  ///< process-unique: keys the thread_local one-entry cache
-  mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<Counter>> counters_;  ///< guarded by mutex_; one per thread that counted
+  /// Two locks: a completion that counts for the first time on its thread
+  /// must not wait for a snapshot calling into a source (which may hold
+  /// the source's own lock, and that holder may complete an op).
+  mutable std::mutex counters_mutex_;
+  std::vector<std::unique_ptr<Counter>> counters_;  ///< guarded by counters_mutex_; one per thread that counted
   /// For a thread whose own counter could not be allocated (out of memory):
   /// shared, so read-modify-writes (never cached).
   Counter shared_;
-  std::vector<const StatsSource*> sources_;  ///< guarded by mutex_
+  mutable std::mutex sources_mutex_;
+  std::vector<const StatsSource*> sources_;  ///< guarded by sources_mutex_
 };
 
 }  // namespace ordo::detail

@@ -1,5 +1,6 @@
 // tests/core/stats_test.cpp - Engine::stats(): the live counters (ordo/stats.hpp).
 #include <atomic>
+#include <thread>
 #include <chrono>
 #include <random>
 #include <stdexcept>
@@ -36,6 +37,20 @@ TEST_P(StatsCounts, EveryOpCountedOnceWhenIdle) {
   std::mutex completers_mutex;
   const int ops = 2000 / kScale;
   int throwing = 0;
+  // Snapshots taken all along from another thread: completions never go
+  // back, and never run ahead of the pushes.
+  std::atomic<bool> done_pushing{false};
+  std::uint64_t snapshots = 0;
+  std::thread reader([&] {
+    std::uint64_t last_completed = 0;
+    while (!done_pushing.load(std::memory_order_acquire)) {
+      const EngineStats s = engine.stats();
+      EXPECT_GE(s.ops_completed, last_completed);
+      EXPECT_GE(s.ops_pushed, s.ops_completed);
+      last_completed = s.ops_completed;
+      ++snapshots;
+    }
+  });
   for (int i = 0; i < ops; ++i) {
     const Var r = vars[rng() % vars.size()];
     const Var w = vars[rng() % vars.size()];
@@ -70,6 +85,8 @@ TEST_P(StatsCounts, EveryOpCountedOnceWhenIdle) {
   } catch (const std::exception&) {
     // the failures are what the test counts
   }
+  done_pushing.store(true, std::memory_order_release);
+  reader.join();
   {
     std::lock_guard lock(completers_mutex);
     for (std::thread& t : completers) t.join();
