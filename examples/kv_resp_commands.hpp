@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kv_resp.hpp"
+#include "kv_resp_info.hpp"
 #include "kv_resp_keyspace.hpp"
 #include "kv_resp_redis.hpp"
 
@@ -35,6 +36,7 @@ struct Plan {
     echo, get, set, del, exists, incrby, mget, mset, append, strlen, pttl, ttl, dbsize, flushall,
     getdel, getrange, setrange, incrbyfloat, expire, persist, type, msetnx, rename, keys, scan, randomkey,
     object_encoding,
+    info,          ///< INFO: `text` the sections but keyspace (Server::add), `num` the sections (kv_resp_info.hpp)
     spinset,       ///< SPINSET key value us: busy-work for `num` us, then SET (the per-request work bench)
     expire_sweep,  ///< internal: erase the keys whose deadline passed (never parsed from a request)
   };
@@ -270,6 +272,10 @@ inline Plan plan(std::vector<std::string>&& argv, std::int64_t now) {
   } else if (lower == "dbsize") {
     if (n != 1) return arity();
     all(Op::dbsize, false);
+  } else if (lower == "info") {
+    // Reads every slot for its keyspace section, as DBSIZE does.
+    all(Op::info, false);
+    p.num = info_sections(p.argv);
   } else if (lower == "keys") {
     if (n != 2) return arity();
     all(Op::keys, false);

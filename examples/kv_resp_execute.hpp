@@ -315,6 +315,21 @@ inline void execute(const Plan& p, const Slot* slots, std::size_t nslots, std::i
         integer(out, count);
         break;
       }
+      case Op::info: {
+        std::int64_t keys = 0, expires = 0;
+        for_each_live(slots, nslots, now, [&](std::string_view, const Cell& c) {
+          ++keys;
+          expires += c.deadline_ms != 0 ? 1 : 0;
+        });
+        if (nslots == p.slot_count()) {
+          info_reply(out, static_cast<std::uint32_t>(p.num), p.text, keys, expires);
+        } else {  // a part of a split INFO: its counts, which combine() sums
+          array(out, 2);
+          integer(out, keys);
+          integer(out, expires);
+        }
+        break;
+      }
       case Op::keys:
       case Op::scan: {
         std::string body;
@@ -379,6 +394,20 @@ inline std::string combine(const Plan& p, const std::vector<std::string>& parts)
         sum += n;
       }
       integer(out, sum);
+      break;
+    }
+    case Op::info: {
+      // Each part is *2 :<keys> :<expires> (execute()).
+      std::int64_t keys = 0, expires = 0;
+      for (const std::string& part : parts) {
+        const std::size_t a = part.find(':'), b = part.find(':', a + 1);
+        std::int64_t k = 0, e = 0;
+        (void)parse_int(std::string_view(part).substr(a + 1, part.find('\r', a) - a - 1), k);
+        (void)parse_int(std::string_view(part).substr(b + 1, part.find('\r', b) - b - 1), e);
+        keys += k;
+        expires += e;
+      }
+      info_reply(out, static_cast<std::uint32_t>(p.num), p.text, keys, expires);
       break;
     }
     case Op::mset:

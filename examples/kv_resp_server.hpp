@@ -186,6 +186,7 @@ class Server {
         }
         continue;
       }
+      ++connections_;
       asio::co_spawn(io_, session(std::move(sock)), asio::detached);
     }
   }
@@ -461,6 +462,20 @@ class Server {
     }
   }
 
+  /// What INFO says of the server and its engine, now (io thread).
+  InfoFacts info_facts() const {
+    InfoFacts f;
+    f.port = port();
+    f.uptime_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count();
+    f.clients = sessions_.size();
+    f.connections_received = connections_;
+    f.commands = requests_;
+    f.input_bytes = bytes_read_;
+    f.rejected = accept_failures_;
+    f.engine = engine_.stats();
+    return f;
+  }
+
   /// Appends a plan and the slots of its keys (io thread).
   void add(Batch& b, Plan p) {
     if (p.op == Plan::Op::msetnx && p.key_count() > 0xFFFF) {
@@ -485,6 +500,7 @@ class Server {
     } else {
       for (std::size_t i = 0, n = p.key_count(); i < n; ++i) b.slots.push_back(keys_.resolve(p.key(i)));
     }
+    if (p.op == Plan::Op::info) p.text = info_text(static_cast<std::uint32_t>(p.num), info_facts());
     if ((p.op == Plan::Op::set && p.deadline_ms != 0) || (p.op == Plan::Op::expire && p.deadline_ms > b.now)) {
       schedule_expiry(p.deadline_ms, p.key(0));
     }
@@ -638,6 +654,8 @@ class Server {
   std::uint64_t requests_ = 0;                     ///< io thread
   std::uint64_t accept_failures_ = 0;              ///< io thread
   std::uint64_t bytes_read_ = 0;                   ///< io thread
+  std::uint64_t connections_ = 0;                  ///< accepted since start; io thread
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   asio::steady_timer accept_timer_{io_};           ///< the accept loop's back-off
   std::function<void()> on_stop_;
 };

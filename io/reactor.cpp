@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
 #include <string_view>
 #include <vector>
@@ -305,6 +306,7 @@ bool IoOpBase::suspend(std::coroutine_handle<> h) {
   // inline). On a worker where the resumption would be posted, go on here:
   // the same place, one queue hop and maybe a cross-core migration less.
   if (io_->resume_here()) return false;
+  const ReleasedBy released(req_);  // the resumption is what the request released
   io_->post_resume(waiter_);
   return true;
 }
@@ -356,8 +358,33 @@ struct Reactor::Pooled {
 /// expiry is delivered as io's own sleeps are (by an idle worker waiting in
 /// the ring, or the reaper). The TimerService decides and arbitrates; this
 /// only turns a timer into a request and back (docs/coroutines.md, "Timers").
-struct Reactor::State final : ordo::detail::TimerService::Delegate {
+struct Reactor::State final : ordo::detail::TimerService::Delegate, ordo::detail::StatsSource {
   using TimerService = ordo::detail::TimerService;
+
+  /// Every request this reactor starts points here (Request::tap).
+  detail::IoTap tap;
+  std::string backend_name;  ///< "io_uring" or "threads", for Engine::stats()
+
+  /// Engine::stats(): requests per kind, registered while the reactor lives.
+  void add_to(EngineStats& out) const noexcept override {
+    try {
+      if (!out.io_backend.empty()) out.io_backend += ',';
+      out.io_backend += backend_name;
+      for (int c = 0; c < detail::kOpCodes; ++c) {
+        // delivered first: a request is counted as started before it can be
+        // delivered, so started - delivered never goes below zero.
+        const std::uint64_t delivered = tap.delivered[c].load(std::memory_order_relaxed);
+        const std::uint64_t started = tap.started[c].load(std::memory_order_relaxed);
+        if (started == 0) continue;
+        const char* kind = detail::op_name(static_cast<detail::OpCode>(c));
+        auto it = std::find_if(out.io.begin(), out.io.end(), [&](const IoKindStats& k) { return k.kind == kind; });
+        if (it == out.io.end()) it = out.io.insert(out.io.end(), IoKindStats{kind, 0, 0});
+        it->submitted += started;
+        it->in_flight += started - std::min(started, delivered);
+      }
+    } catch (...) {  // out of memory: the snapshot lacks these rows
+    }
+  }
 
   /// One engine timer in the ring: freed by its delivery, after settle().
   struct Sleep : TimerService::Claim {
@@ -446,22 +473,32 @@ Reactor::Reactor(Engine& engine, IoOptions options)
     kind_ = Backend::threads;
     reason_ = opts_.backend == Backend::threads ? "threads (requested)" : "threads: " + why_not;
   }
+  state_->backend_name = kind_ == Backend::uring ? "io_uring" : "threads";
+  state_->tap.profiler = ordo::detail::EngineExtension::profiler(engine_);
   if (opts_.log) {
     opts_.log("ordo::io: backend " + reason_);
   } else if (opts_.backend == Backend::automatic && kind_ == Backend::threads) {
     std::fprintf(stderr, "ordo::io: io_uring unavailable (%s); using the thread backend\n", why_not.c_str());
   }
+  // After the log (a user function that may throw); undone if the timers throw.
+  ordo::detail::EngineExtension::add_stats_source(engine_, state_.get());
   // The ring's timeouts serve the engine's timers; the thread backend's poll
   // thread would be one more timer thread (with a linear scan), so there the
   // engine's own thread stays.
   if (kind_ == Backend::uring) {
-    ordo::detail::TimerService& timers = ordo::detail::EngineExtension::timers(engine_);
-    if (timers.attach(state_.get())) state_->timers = &timers;
+    try {
+      ordo::detail::TimerService& timers = ordo::detail::EngineExtension::timers(engine_);
+      if (timers.attach(state_.get())) state_->timers = &timers;
+    } catch (...) {
+      ordo::detail::EngineExtension::remove_stats_source(engine_, state_.get());
+      throw;
+    }
   }
 }
 
 Reactor::~Reactor() {
   State& s = *state_;
+  ordo::detail::EngineExtension::remove_stats_source(engine_, &s);
   // No new engine timer comes here; those in the ring are cancelled by the
   // shutdown below and handed back to the engine's timer thread.
   if (s.timers != nullptr) s.timers->detach(&s);
@@ -508,6 +545,9 @@ ReactorStats Reactor::stats() const noexcept { return backend_->stats(); }
 void Reactor::start(detail::Request* r) {
   State& s = *state_;
   r->refs.store(1, std::memory_order_relaxed);
+  r->tap = &s.tap;
+  s.tap.started[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  if (s.tap.profiler != nullptr) [[unlikely]] profile_start(r);
   s.starting.fetch_add(1, std::memory_order_seq_cst);
   if (s.closed.load(std::memory_order_seq_cst)) {
     s.starting.fetch_sub(1, std::memory_order_seq_cst);
@@ -533,6 +573,28 @@ void Reactor::start(detail::Request* r) {
     detail::finish_op(r, failed);
   }
   s.starting.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Reactor::profile_start(detail::Request* r) noexcept {
+  std::uint64_t bytes = 0;
+  switch (r->code) {
+    case detail::OpCode::read:
+    case detail::OpCode::write:
+    case detail::OpCode::recv:
+    case detail::OpCode::send:
+      bytes = r->len;
+      break;
+    case detail::OpCode::readv:
+    case detail::OpCode::writev:
+      for (std::uint64_t i = 0; i < r->len; ++i) bytes += static_cast<const iovec*>(r->addr)[i].iov_len;
+      break;
+    default:
+      break;
+  }
+  // The backend that runs it: the thread backend serves what io_uring cannot.
+  const char* track = kind_ == Backend::uring && backend_->supports(r->code) ? "io_uring" : "threads";
+  r->prof_id = ordo::detail::profile_slice_begin(state_->tap.profiler, ordo::detail::SliceCategory::io,
+                                                 detail::op_name(*r), track, bytes);
 }
 
 void Reactor::cancel(detail::Request* r) {

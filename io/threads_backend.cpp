@@ -463,7 +463,7 @@ ThreadsBackend::ThreadsBackend(const IoOptions& options)
 /// delivers, and in_flight_ drops once done() has returned.
 void ThreadsBackend::drop(Request* r) noexcept {
   if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    r->done(r);
+    deliver(r);
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

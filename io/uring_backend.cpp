@@ -423,7 +423,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
     if (r->code == OpCode::timer && r->res == -ETIME) r->res = 0;  // a timer that expired succeeded
     if ((r->backend_flags & kFlagTimedOut) != 0 && r->res == -ECANCELED) r->res = -ETIMEDOUT;
     requests_.fetch_sub(1, std::memory_order_release);
-    r->done(r);
+    deliver(r);
   }
 
   io_uring_sqe* get_sqe() noexcept {

@@ -26,6 +26,7 @@
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
 #include "ordo/profiler.hpp"
+#include "ordo/stats.hpp"
 #include "ordo/var.hpp"
 
 namespace ordo {
@@ -275,6 +276,10 @@ class Engine {
 
   /// Ops pushed and not yet finished.
   [[nodiscard]] std::size_t in_flight() const noexcept;
+  /// Live counters (ordo/stats.hpp): ops pushed, completed, failed; each
+  /// pool's ready ops, running and idle workers; io requests in flight per
+  /// kind; the buffer pools' hit rate. Any thread, while the engine runs.
+  [[nodiscard]] EngineStats stats() const;
   /// Errors stored and not yet observed by any waiter.
   [[nodiscard]] std::size_t pending_errors() const;
   [[nodiscard]] const Options& options() const noexcept;

@@ -472,6 +472,8 @@ class Reactor {
   friend class Handle;
   struct Pooled;
   static void pooled_done(detail::Request* r) noexcept;
+  /// Begins r's slice in the engine's trace (profiling on only).
+  void profile_start(detail::Request* r) noexcept;
   Handle start_pooled(detail::IoOpBase& op, bool completion, detail::Callback* cb, OnComplete done);
   void start(detail::Request* r);
   void cancel(detail::Request* r);

@@ -88,11 +88,43 @@ struct DependencyEdge {
   std::int64_t time_ns = -1;
 };
 
+/// Work outside the engine's ops, drawn beside them: an ordo::io request
+/// (submission to delivery), a GPU kernel or copy, an ordo::dist transfer.
+struct SliceProfile {
+  std::uint64_t id = 0;        ///< 1, 2, ... by begin time within this profile (args.slice in the trace)
+  std::string category;        ///< "io", "gpu" or "transfer"
+  std::string name;            ///< the request or work: "read", "write", "open", "sleep_for", "kernel", "send", ...
+  std::string track;           ///< where it ran: "io_uring", "threads", "gpu0 stream 1", "rank 0", ...
+  std::int64_t begin_ns = -1;  ///< submitted (times as in OpProfile)
+  std::int64_t end_ns = -1;    ///< delivered / finished; -1: not yet
+  std::uint64_t bytes = 0;     ///< bytes it was asked to move (0 where none)
+  std::int64_t result = 0;     ///< its outcome: bytes moved, an fd, 0, or -errno
+  std::uint64_t launched_by = 0;  ///< the op whose body began it (OpProfile::id), 0: none
+  int thread = -1;             ///< thread that began it (index into ProfileData::threads)
+  int end_thread = -1;         ///< thread that ended it
+  std::int32_t peer = -1;      ///< transfers: the other rank
+  std::uint64_t key = 0;       ///< transfers: the variable's transfer number (with var and the ranks: unique)
+  std::uint64_t var = 0;       ///< transfers: the distributed variable's id
+};
+
+/// A slice's completion released an op: pushed it (a coroutine's
+/// resumption, a callback) or finished it (an async op's OnComplete).
+struct SliceRelease {
+  std::uint64_t slice = 0;  ///< SliceProfile::id
+  std::uint64_t op = 0;     ///< OpProfile::id
+  bool at_end = false;      ///< true: it finished the op; false: it pushed the op
+};
+
 /// Everything recorded, joined per op. Ops sorted by push time.
 struct ProfileData {
   std::vector<OpProfile> ops;
   std::vector<DependencyEdge> edges;
+  std::vector<SliceProfile> slices;          ///< sorted by begin time
+  std::vector<SliceRelease> slice_releases;
   std::vector<std::string> threads;  ///< track names, "cpu/0", "thread 1 (main)", ...
+  /// The profile's time 0 as a steady_clock (CLOCK_MONOTONIC) time: what
+  /// puts the traces of several processes of one machine on one time line.
+  std::int64_t clock_origin_ns = 0;
   std::uint64_t dropped_events = 0;  ///< events not recorded because ProfileOptions::max_events was reached
 };
 
@@ -111,9 +143,48 @@ struct OpStats {
   std::int64_t mean_queue_ns = 0;  ///< mean grant -> start (waiting for a worker)
 };
 
+/// Per category and name statistics of the slices (io requests, GPU work,
+/// transfers) in ProfileSummary: time = end - begin (submission to delivery).
+struct SliceStats {
+  std::string category;      ///< "io", "gpu", "transfer"
+  std::string name;          ///< "read", "write", ...
+  std::uint64_t count = 0;   ///< finished slices
+  std::uint64_t failed = 0;  ///< finished with a negative result (-errno)
+  std::uint64_t bytes = 0;   ///< summed
+  std::int64_t total_ns = 0;
+  std::int64_t p50_ns = 0;   ///< nearest rank
+  std::int64_t p99_ns = 0;
+  std::int64_t max_ns = 0;
+};
+
+/// One op or slice on the critical path.
+struct CriticalStep {
+  std::string kind;  ///< "op", or a slice's category ("io", "gpu", "transfer")
+  std::string name;  ///< the op's name ("(unnamed)" without one) or the request's ("read", ...)
+  std::uint64_t id = 0;  ///< OpProfile::id or SliceProfile::id
+  std::int64_t begin_ns = 0;  ///< op: start (a wait: its call); slice: begin
+  std::int64_t end_ns = 0;
+};
+
+/// The chain of dependent ops, io requests, GPU work and transfers that
+/// bounded the run: from the work that finished last, back through what
+/// each step waited for (the op whose completion made it ready, the request
+/// whose delivery finished or pushed it, the op that began a request).
+struct CriticalPath {
+  std::vector<CriticalStep> steps;  ///< first to last
+  /// Time the chain covers: each step's time not overlapping the step before.
+  std::int64_t length_ns = 0;
+  /// From the first push to the last end of the profile.
+  std::int64_t wall_ns = 0;
+  /// Its longest steps (at most five), longest first.
+  std::vector<CriticalStep> top;
+};
+
 /// The summary table: one row per op name, largest total first.
 struct ProfileSummary {
+  CriticalPath critical_path;
   std::vector<OpStats> ops;
+  std::vector<SliceStats> slices;    ///< one row per category and name, largest total first
   std::uint64_t unfinished = 0;      ///< ops not finished when it was taken (not in the rows)
   std::uint64_t dropped_events = 0;  ///< see ProfileData::dropped_events
   /// A printable fixed-width table (the same as operator<<).

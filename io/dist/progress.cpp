@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "ordo/detail/extension.hpp"
+
 namespace ordo::dist::detail {
 
 struct Progress::Command {
@@ -22,6 +24,7 @@ struct Progress::Command {
   OnComplete done;
   const std::function<void(MPI_Comm, MPI_Request*)>* start = nullptr;
   bool* finished = nullptr;  // kCollective: set under mu_ when the request completes
+  std::uint64_t slice = 0;   // kSend, kWant: its slice in the trace (0: none)
 };
 
 struct Progress::Slot {
@@ -29,9 +32,15 @@ struct Progress::Slot {
   int source = 0;
   std::vector<std::byte> buffer;  // kSend: kept until matched; kRecv: lands here
   bool* finished = nullptr;       // kCollective
+  std::uint64_t slice = 0;        // kSend: its slice in the trace (0: none)
 };
 
-Progress::Progress(MPI_Comm comm, Engine& engine, int rank) : comm_(comm), engine_(engine), rank_(rank) {
+Progress::Progress(MPI_Comm comm, Engine& engine, int rank)
+    : comm_(comm),
+      engine_(engine),
+      rank_(rank),
+      prof_(ordo::detail::EngineExtension::profiler(engine)),
+      track_("rank " + std::to_string(rank)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -56,19 +65,36 @@ void Progress::check(int rc, const char* call) const {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+std::uint64_t Progress::profile_begin(const char* what, int peer, std::uint64_t var, std::uint64_t seq,
+                                      std::uint64_t bytes) noexcept {
+  return ordo::detail::profile_slice_begin(prof_, ordo::detail::SliceCategory::transfer, what, track_.c_str(), bytes,
+                                           peer, seq, var);
+}
+
 void Progress::send(int dest, std::vector<std::byte> message) {
+  std::uint64_t slice = 0;
+  if (prof_ != nullptr) [[unlikely]] {
+    // Begun here, in the send op's body: the op that launched it. It ends
+    // when the receiver has matched it (MPI_Issend).
+    Envelope h;
+    std::memcpy(&h, message.data(), sizeof h);
+    slice = profile_begin("send", dest, h.var_id, h.seq, message.size() - sizeof h);
+  }
   {
     std::lock_guard lock(mu_);
     Command c;
     c.kind = Command::kSend;
     c.dest = dest;
     c.message = std::move(message);
+    c.slice = slice;
     commands_.push_back(std::move(c));
   }
   cv_.notify_all();
 }
 
 void Progress::want(const Key& key, Target target, OnComplete done) {
+  // Begun in the receive op's body; ends when the value is delivered.
+  const std::uint64_t slice = prof_ != nullptr ? profile_begin("recv", key.source, key.var_id, key.seq, target.size) : 0;
   {
     std::lock_guard lock(mu_);
     Command c;
@@ -76,6 +102,7 @@ void Progress::want(const Key& key, Target target, OnComplete done) {
     c.key = key;
     c.target = target;
     c.done = done;
+    c.slice = slice;
     commands_.push_back(std::move(c));
   }
   cv_.notify_all();
@@ -131,6 +158,7 @@ void Progress::run_command(Command& c) {
       Slot s;
       s.kind = Slot::kSend;
       s.buffer = std::move(c.message);
+      s.slice = c.slice;
       MPI_Request r = MPI_REQUEST_NULL;
       // Synchronous mode: complete once the receiver has matched it, so that
       // at shutdown "my sends are done" on every rank means "nothing is on
@@ -151,9 +179,9 @@ void Progress::run_command(Command& c) {
         early_.erase(it);
         Envelope h;
         std::memcpy(&h, message.data(), sizeof h);
-        deliver(h, std::move(message), c.target, c.done);
+        deliver(h, std::move(message), c.target, c.done, c.slice);
       } else {
-        wants_.emplace(c.key, Wanted{c.target, c.done});
+        wants_.emplace(c.key, Wanted{c.target, c.done, c.slice});
       }
       break;
     }
@@ -206,6 +234,7 @@ bool Progress::test_requests() {
     switch (s.kind) {
       case Slot::kSend:
         --sends_in_flight_;
+        if (s.slice != 0) ordo::detail::profile_slice_end(prof_, s.slice, static_cast<std::int64_t>(s.buffer.size()));
         s.buffer = {};
         break;
       case Slot::kRecv:
@@ -255,13 +284,17 @@ void Progress::arrived(int source, std::vector<std::byte> message) {
   }
   Wanted w = std::move(it->second);
   wants_.erase(it);
-  deliver(h, std::move(message), w.target, w.done);
+  deliver(h, std::move(message), w.target, w.done, w.slice);
 }
 
 void Progress::deliver(const Envelope& h, std::vector<std::byte> message, const Target& target,
-                       const OnComplete& done) {
+                       const OnComplete& done, std::uint64_t slice) {
   const std::byte* payload = message.data() + sizeof(Envelope);
   const std::size_t size = message.size() - sizeof(Envelope);
+  // The receive op finishes here (or the post that loads a codec's value is
+  // pushed here): what the transfer released, an arrow in the trace.
+  if (slice != 0) ordo::detail::profile_slice_end(prof_, slice, h.status == Envelope::kOk ? static_cast<std::int64_t>(size) : -1);
+  const ordo::detail::ProfileReleaseScope released(prof_, slice);
   if (h.status != Envelope::kOk) {
     done(std::make_exception_ptr(
         RemoteError(h.origin, std::string(reinterpret_cast<const char*>(payload), size))));

@@ -20,10 +20,12 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "ordo/detail/profile_hooks.hpp"
 #include "ordo/dist.hpp"
 
 namespace ordo::dist::detail {
@@ -110,12 +112,20 @@ class Progress {
   void post_receives();
   bool test_requests();
   void arrived(int source, std::vector<std::byte> message);
-  void deliver(const Envelope& h, std::vector<std::byte> message, const Target& target, const OnComplete& done);
+  void deliver(const Envelope& h, std::vector<std::byte> message, const Target& target, const OnComplete& done,
+               std::uint64_t slice);
   void check(int rc, const char* call) const;
+
+  /// Begins a transfer's slice in the engine's trace (profiling on only).
+  std::uint64_t profile_begin(const char* what, int peer, std::uint64_t var, std::uint64_t seq,
+                              std::uint64_t bytes) noexcept;
 
   MPI_Comm comm_;
   Engine& engine_;
   const int rank_;
+  /// The engine's profiler, null when profiling is off (one branch per transfer then).
+  ordo::detail::ProfilerCore* const prof_;
+  const std::string track_;  ///< the transfers' track in the trace: "rank R"
   ProgressCounters counters_;
   std::atomic<std::size_t> leftovers_{0};
 
@@ -135,6 +145,7 @@ class Progress {
   struct Wanted {
     Target target;
     OnComplete done;
+    std::uint64_t slice = 0;  ///< its slice in the trace (0: none)
   };
   std::map<Key, Wanted> wants_;
   std::set<Key> discarded_;

@@ -198,6 +198,8 @@ Profiler Engine::profiler() const noexcept { return Profiler(core_->profiler());
 bool Engine::inside_op() noexcept { return detail::t_state.running != nullptr; }
 bool Engine::on_worker_of(Context ctx) const noexcept { return core_->on_worker_of(ctx); }
 
+detail::ProfilerCore* detail::EngineExtension::profiler(Engine& engine) noexcept { return engine.core_->profiler(); }
+
 detail::TimerService& detail::EngineExtension::timers(Engine& engine) {
   // acquire pairs with the release of the CAS that published the service.
   if (detail::TimerService* t = engine.timers_.load(std::memory_order_acquire)) return *t;

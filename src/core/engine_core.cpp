@@ -865,7 +865,11 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   release(skip_error);
 
   dispatch_ready(ready);
-  if (counted) op_finished();
+  if (counted) {
+    op_finished();
+  } else {
+    stats_.count_completed(1);  // ran inside its push: never in the in-flight count
+  }
 }
 
 bool EngineCore::must_notify(std::int64_t after) const noexcept {
@@ -898,6 +902,7 @@ void EngineCore::op_finished() noexcept {
   // A foreign thread (async completion, inline run on a pusher): once the
   // count can reach zero the engine may be destroyed, so decrement under the
   // mutex the destructor waits on; the unlock is the last touch.
+  stats_.count_completed(1);
   std::lock_guard lock(idle_mutex_);
   const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
   if (must_notify(after)) idle_cv_.notify_all();
@@ -917,6 +922,9 @@ EngineCore::Call::~Call() {
 }
 
 void EngineCore::subtract_finished(std::int64_t n) noexcept {
+  // Counted before the decrement: a snapshot that sees the decrement sees
+  // the count (Engine::stats() reads in_flight_ first).
+  stats_.count_completed(static_cast<std::uint64_t>(n));
   const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
   if (must_notify(after)) wake_idle_waiters();
 }

@@ -23,6 +23,7 @@
 #include "profiler/profiler.hpp"
 #include "records.hpp"
 #include "engine_kinds.hpp"
+#include "stats.hpp"
 #include "worker_pool.hpp"
 
 namespace ordo::detail {
@@ -226,6 +227,14 @@ class EngineCore final : public PoolHost {
   const Options& options() const noexcept { return opts_; }
   /// The profiler, or null when profiling is off (Options::profile).
   ProfilerCore* profiler() const noexcept { return prof_; }
+  /// Engine::stats() (assembled in stats.cpp): completions and the layers' sources.
+  StatsHub& stats_hub() noexcept { return stats_; }
+  /// Errors raised so far (ErrorRecords made: ops that failed, late errors).
+  [[nodiscard]] std::uint64_t errors_raised() const noexcept {
+    return error_epoch_.load(std::memory_order_relaxed);
+  }
+  /// The pools started so far.
+  [[nodiscard]] std::vector<const WorkerPool*> pools() const { return kind_->pools(); }
   void flush_finished() noexcept override;
   void worker_idle() noexcept override;
 
@@ -336,6 +345,9 @@ class EngineCore final : public PoolHost {
   /// owned by prof_storage_.
   ProfilerCore* prof_ = nullptr;
   std::unique_ptr<ProfilerCore> prof_storage_;
+  /// Live counters (Engine::stats()): completions counted per thread where
+  /// the in-flight count is kept; never on the push path of a queued op.
+  StatsHub stats_;
 
   /// The engine kind: its pools and routes (immutable after construction).
   std::unique_ptr<EngineKindPolicy> kind_;

@@ -131,6 +131,13 @@ WorkerPool& EngineKindPolicy::start(EngineCore& core, std::string name, unsigned
   return p;
 }
 
+std::vector<const WorkerPool*> EngineKindPolicy::pools() const {
+  const std::lock_guard lock(mutex_);
+  std::vector<const WorkerPool*> out;
+  for (const auto& p : pools_) out.push_back(p.get());
+  return out;
+}
+
 bool EngineKindPolicy::idle() const {
   const std::lock_guard lock(mutex_);
   for (const auto& p : pools_) {

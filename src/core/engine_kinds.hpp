@@ -41,6 +41,8 @@ class EngineKindPolicy {
   [[nodiscard]] bool serial() const noexcept { return serial_; }
   /// The pool whose workers run normal CPU ops (null: naive).
   [[nodiscard]] WorkerPool* cpu() const noexcept { return cpu_; }
+  /// The pools started so far (Engine::stats()).
+  [[nodiscard]] std::vector<const WorkerPool*> pools() const;
   /// No op queued and every worker asleep, in every pool (a hint).
   [[nodiscard]] bool idle() const;
   /// Stops and joins every pool; called once the engine is drained.

@@ -97,6 +97,7 @@ inline void EngineCore::end_direct(DirectRun& run, ErrorRecord* own) noexcept {
                        return true;
                      });
   release(own);
+  stats_.count_completed(1);  // a direct run is never in the in-flight count
   if (release_oper) [[unlikely]] release_operator(run.oper);  // deleted while this body ran
   if (!ready.empty() || !ts.inline_ops.empty()) [[unlikely]] {
     const Call call(this);

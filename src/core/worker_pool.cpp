@@ -65,7 +65,9 @@ WorkerPool::WorkerPool(PoolHost& host, EngineCore* engine, std::string name, uns
       order_(order),
       n_threads_(static_cast<int>(threads)),
       n_queues_(order == Order::fifo ? static_cast<int>(threads) : 1),
-      queues_(std::make_unique<ReadyQueue[]>(static_cast<std::size_t>(n_queues_))) {
+      queues_(std::make_unique<ReadyQueue[]>(static_cast<std::size_t>(n_queues_))),
+      idle_(std::make_unique<IdleClock[]>(threads)),
+      started_ns_(TimerService::now_ns()) {
   if (order_ == Order::priority) queues_[0].use_priority_order();
   threads_.reserve(threads);
   // Pools of several workers spread them over the CPUs as they start
@@ -367,6 +369,21 @@ OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   return op;
 }
 
+void WorkerPool::idle_begin(int index, std::int64_t& from) noexcept {
+  if (from != 0) return;
+  from = TimerService::now_ns();
+  idle_[index].since.store(from, std::memory_order_relaxed);
+}
+
+void WorkerPool::idle_end(int index, std::int64_t& from) noexcept {
+  if (from == 0) return;
+  IdleClock& c = idle_[index];
+  c.idle_ns.store(c.idle_ns.load(std::memory_order_relaxed) + (TimerService::now_ns() - from),
+                  std::memory_order_relaxed);
+  c.since.store(0, std::memory_order_relaxed);
+  from = 0;
+}
+
 void WorkerPool::worker_main(int index) {
   ThreadState& ts = t_state;
   ts.engine = engine_;
@@ -379,6 +396,7 @@ void WorkerPool::worker_main(int index) {
   // (an engine's threads start on the core its creator does not occupy, all
   // on the same one).
   bool may_spin = false;
+  std::int64_t idle_from = 0;  // start of the current idle period (Engine::stats()), 0 while working
   for (;;) {
     OpRecord* op = nullptr;
     if (!ts.inline_ops.empty()) {
@@ -387,6 +405,7 @@ void WorkerPool::worker_main(int index) {
       ts.continuations = 0;
       op = take(index);
       if (op == nullptr) {
+        idle_begin(index, idle_from);
         if (keep.since != 0) end_keep(keep, TimerService::now_ns());
         host_.flush_finished();  // out of work: publish the completions counted locally
         // Spin for the next op, unless the idle task is wanted (requests in
@@ -401,7 +420,10 @@ void WorkerPool::worker_main(int index) {
       if (op == nullptr) {
         bool stop = false;
         op = sleep(index, keep, stop);
-        if (stop) break;
+        if (stop) {
+          idle_end(index, idle_from);
+          break;
+        }
         // Woken: what the idle task's run left it as its continuation
         // comes first; else it looks for the op it was woken for.
         if (op == nullptr && ts.inline_ops.empty()) op = woken(index);
@@ -425,6 +447,7 @@ void WorkerPool::worker_main(int index) {
         runner_wanted_.exchange(false, std::memory_order_relaxed)) {
       wake_for_task();
     }
+    idle_end(index, idle_from);
     host_.execute(op);
   }
   ts = ThreadState{};

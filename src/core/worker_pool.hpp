@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ordo/detail/idle_task.hpp"
+#include "ordo/stats.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "ready_queue.hpp"
 #include "thread_state.hpp"
@@ -73,6 +74,9 @@ class WorkerPool {
   /// The attached task is wanted and nobody runs it: see
   /// EngineExtension::want_idle_task_runner().
   void want_task_runner() noexcept;
+  /// Engine::stats(): this pool's counts at `now` (TimerService::now_ns();
+  /// hints, each read once; defined in stats.cpp).
+  [[nodiscard]] PoolStats stats(std::int64_t now) const;
   /// No queued op and every worker asleep (a hint: may change right after).
   [[nodiscard]] bool idle() const noexcept {
     return queued() == 0 && sleepers_.load(std::memory_order_acquire) == n_threads_;
@@ -121,6 +125,16 @@ class WorkerPool {
   /// Ends `keep` and tells its task how it went (IdleTask::kept).
   void end_keep(Keep& keep, std::int64_t now) noexcept;
 
+  /// A worker's idle time (Engine::stats()): written by the worker alone
+  /// (loads and stores), read relaxed by a snapshot. Clocked only when it
+  /// runs out of work and when it finds some again.
+  struct alignas(64) IdleClock {
+    std::atomic<std::int64_t> idle_ns{0};  ///< idle periods that ended
+    std::atomic<std::int64_t> since{0};    ///< start of the current idle period, 0 while it works
+  };
+  void idle_begin(int index, std::int64_t& from) noexcept;
+  void idle_end(int index, std::int64_t& from) noexcept;
+
   PoolHost& host_;
   EngineCore* const engine_;
   std::string name_;
@@ -128,6 +142,8 @@ class WorkerPool {
   int n_threads_;  ///< threads_.size() once started (read by the workers while threads_ fills)
   int n_queues_;   ///< one per worker (fifo), or one (priority)
   std::unique_ptr<ReadyQueue[]> queues_;
+  std::unique_ptr<IdleClock[]> idle_;  ///< one per worker
+  std::int64_t started_ns_ = 0;        ///< when the pool was created (TimerService::now_ns())
 
   /// Workers asleep or about to sleep (the idle task's runner among them).
   alignas(64) std::atomic<int> sleepers_{0};

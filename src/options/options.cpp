@@ -90,6 +90,20 @@ Options Options::from_env(Options base) {
       base.profile.enabled = true;
       base.profile.trace_path = std::string(*profile);
     }
+    // Under mpirun every rank reads the same variable: one file per rank,
+    // "trace.json" -> "trace.rank3.json" (scripts/merge_traces.py joins them).
+    if (base.profile.enabled && !base.profile.trace_path.empty()) {
+      for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+        const auto rank = detail::env_value(rank_var);
+        if (!rank || rank->empty()) continue;
+        std::string& path = base.profile.trace_path;
+        const std::size_t slash = path.rfind('/');
+        const std::size_t dot = path.rfind('.');
+        const std::size_t at = dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot : path.size();
+        path.insert(at, ".rank" + std::string(*rank));
+        break;
+      }
+    }
   }
   detail::env_integer("ORDO_PROFILE_MAX_EVENTS", base.profile.max_events);
   return base;

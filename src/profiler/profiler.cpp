@@ -187,6 +187,7 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
   const std::uint32_t name = intern(b, op->name);
   std::lock_guard lock(b->lock);  // once for the push and its accesses
   append(b, Event{t, op->prof_id, pack(kind, op), name, EventType::push, 0});
+  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, 0});
   for (std::size_t i = 0; i < n; ++i) {
     append(b, Event{t, op->prof_id, specs[i].var->id, specs[i].write ? 1U : 0U, EventType::access, 0});
   }
@@ -196,9 +197,24 @@ void ProfilerCore::on_push_failed(const OpRecord* op) noexcept {
   record(EventType::push_failed, op->prof_id, now(), 0, 0, 0);
 }
 
-void ProfilerCore::on_start(const OpRecord* op) noexcept { record(EventType::start, op->prof_id, now(), 0, 0, 0); }
+void ProfilerCore::on_start(const OpRecord* op) noexcept {
+  const std::int64_t t = now();
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  b->running = op->prof_id;  // slices begun here until it ends (or another op starts) are its own
+  std::lock_guard lock(b->lock);
+  append(b, Event{t, op->prof_id, 0, 0, EventType::start, 0});
+}
 
-void ProfilerCore::on_body_end(std::uint32_t id) noexcept { record(EventType::body_end, id, now(), 0, 0, 0); }
+void ProfilerCore::on_body_end(std::uint32_t id) noexcept {
+  const std::int64_t t = now();
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  // `running` stays: a coroutine holding a lease goes on here once its
+  // body has returned, and what it submits is the lease's (until its end).
+  std::lock_guard lock(b->lock);
+  append(b, Event{t, id, 0, 0, EventType::body_end, 0});
+}
 
 bool ProfilerCore::on_grant_access(const OpRecord* from, OpRecord* to, const VarRecord* var) noexcept {
   // Read to's id before the decrement, after which another grant may run,
@@ -240,8 +256,10 @@ void ProfilerCore::on_end(const OpRecord* op, const ErrorRecord* own_error) noex
   ThreadBuffer* b = buffer();
   if (b == nullptr) return;
   b->last_end = t;  // the time of the grants this completion makes next (on_grant_access)
+  if (b->running == op->prof_id) b->running = 0;
   std::lock_guard lock(b->lock);
   append(b, Event{t, op->prof_id, message, static_cast<std::uint32_t>(status), EventType::end, 0});
+  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, 1});
 }
 
 void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
@@ -250,6 +268,48 @@ void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
   const std::uint64_t id = new_id(b);
   record(EventType::wait_all, id, called, static_cast<std::uint64_t>(now()), 0, 0);
 }
+
+std::uint64_t ProfilerCore::slice_begin(SliceCategory category, const char* name, const char* track,
+                                        std::uint64_t bytes, std::int32_t peer, std::uint64_t key,
+                                        std::uint64_t var) noexcept {
+  const std::int64_t t = now();
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return 0;
+  // Slices share the ops' ids (one counter): both are joined by id in data().
+  const std::uint64_t id = new_id(b);
+  const std::uint32_t name_id = intern(b, name);
+  const std::uint32_t track_id = intern(b, track);
+  std::lock_guard lock(b->lock);
+  append(b, Event{t, id, bytes, name_id, EventType::slice_begin, static_cast<std::uint8_t>(category)});
+  append(b, Event{t, id, b->running, track_id, EventType::slice_info, 0});
+  if (peer >= 0) append(b, Event{t, id, key, static_cast<std::uint32_t>(peer), EventType::slice_peer, 0});
+  if (var != 0) append(b, Event{t, id, var, 0, EventType::slice_var, 0});
+  return id;
+}
+
+void ProfilerCore::slice_end(std::uint64_t slice, std::int64_t result) noexcept {
+  if (slice == 0) return;
+  record(EventType::slice_end, slice, now(), static_cast<std::uint64_t>(result), 0, 0);
+}
+
+void ProfilerCore::release_begin(std::uint64_t slice) noexcept {
+  if (ThreadBuffer* b = buffer(); b != nullptr) b->releasing = slice;
+}
+
+void ProfilerCore::release_end() noexcept {
+  if (ThreadBuffer* b = buffer(); b != nullptr) b->releasing = 0;
+}
+
+std::uint64_t profile_slice_begin(ProfilerCore* p, SliceCategory category, const char* name, const char* track,
+                                  std::uint64_t bytes, std::int32_t peer, std::uint64_t key,
+                                  std::uint64_t var) noexcept {
+  return p->slice_begin(category, name, track, bytes, peer, key, var);
+}
+void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result) noexcept {
+  p->slice_end(slice, result);
+}
+void profile_release_begin(ProfilerCore* p, std::uint64_t slice) noexcept { p->release_begin(slice); }
+void profile_release_end(ProfilerCore* p) noexcept { p->release_end(); }
 
 // ---------------------------------------------------------------------------
 // Reading
@@ -281,6 +341,7 @@ void ProfilerCore::clear() {
 
 ProfileData ProfilerCore::data() const {
   ProfileData out;
+  out.clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(epoch_.time_since_epoch()).count();
   struct Tagged {
     Event e;
     std::uint32_t thread;
@@ -330,6 +391,53 @@ ProfileData ProfilerCore::data() const {
     index.emplace(e.op, ops.size());
     ops.push_back(std::move(p));
   }
+  // Slices: their begin events, then the rest of theirs.
+  std::unordered_map<std::uint64_t, std::size_t> slice_index;
+  std::vector<SliceProfile> slices;
+  std::vector<SliceRelease> links;  // ids as recorded, renumbered below
+  for (const Tagged& te : events) {
+    const Event& e = te.e;
+    if (e.type != EventType::slice_begin || e.op == 0) continue;
+    SliceProfile sp;
+    sp.id = e.op;
+    sp.category = e.flags == static_cast<std::uint8_t>(SliceCategory::gpu)        ? "gpu"
+                  : e.flags == static_cast<std::uint8_t>(SliceCategory::transfer) ? "transfer"
+                                                                                   : "io";
+    sp.name = name_of(e.y);
+    sp.begin_ns = e.t;
+    sp.bytes = e.x;
+    sp.thread = static_cast<int>(te.thread);
+    slice_index.emplace(e.op, slices.size());
+    slices.push_back(std::move(sp));
+  }
+  for (const Tagged& te : events) {
+    const Event& e = te.e;
+    if (e.type == EventType::slice_link) {
+      links.push_back({e.x, e.op, e.flags != 0});
+      continue;
+    }
+    if (e.type != EventType::slice_info && e.type != EventType::slice_peer && e.type != EventType::slice_var &&
+        e.type != EventType::slice_end) {
+      continue;
+    }
+    auto it = slice_index.find(e.op);
+    if (it == slice_index.end()) continue;  // begun before clear(), or its begin was dropped
+    SliceProfile& sp = slices[it->second];
+    if (e.type == EventType::slice_info) {
+      sp.launched_by = e.x;
+      sp.track = name_of(e.y);
+    } else if (e.type == EventType::slice_peer) {
+      sp.key = e.x;
+      sp.peer = static_cast<std::int32_t>(e.y);
+    } else if (e.type == EventType::slice_var) {
+      sp.var = e.x;
+    } else {
+      sp.end_ns = e.t;
+      sp.result = static_cast<std::int64_t>(e.x);
+      sp.end_thread = static_cast<int>(te.thread);
+    }
+  }
+
   // Pass 2: the other events of known ops.
   std::vector<bool> failed_push(ops.size(), false);
   std::vector<DependencyEdge> edges;
@@ -364,6 +472,13 @@ ProfileData ProfilerCore::data() const {
       case EventType::push_failed:
         failed_push[it->second] = true;
         break;
+      case EventType::slice_begin:
+      case EventType::slice_info:
+      case EventType::slice_peer:
+      case EventType::slice_var:
+      case EventType::slice_end:
+      case EventType::slice_link:
+        break;  // joined above
     }
   }
   // An op whose push threw never existed for the engine; an op missing one
@@ -423,6 +538,24 @@ ProfileData ProfilerCore::data() const {
     // Clocks are read just after the events they stamp: keep the order the
     // events had (start is taken after the op was dispatched).
     if (p.start_ns >= 0) p.grant_ns = std::min(p.grant_ns, p.start_ns);
+  }
+  // Slices numbered by begin time; the ops they name, as renumbered.
+  std::sort(slices.begin(), slices.end(), [](const SliceProfile& a, const SliceProfile& b) {
+    return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : a.id < b.id;
+  });
+  std::unordered_map<std::uint64_t, std::uint64_t> slice_number;
+  for (SliceProfile& sp : slices) {
+    slice_number.emplace(sp.id, out.slices.size() + 1);
+    sp.id = out.slices.size() + 1;
+    auto op = renumber.find(sp.launched_by);
+    sp.launched_by = op != renumber.end() ? op->second : 0;
+    out.slices.push_back(std::move(sp));
+  }
+  for (SliceRelease& l : links) {
+    auto sl = slice_number.find(l.slice);
+    auto op = renumber.find(l.op);
+    if (sl == slice_number.end() || op == renumber.end()) continue;
+    out.slice_releases.push_back({sl->second, op->second, l.at_end});
   }
   return out;
 }

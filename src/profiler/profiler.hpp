@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ordo/detail/profile_hooks.hpp"
 #include "ordo/options.hpp"
 #include "ordo/profiler.hpp"
 #include "core/records.hpp"
@@ -39,6 +40,13 @@ enum class EventType : std::uint8_t {
              ///< (an op's grant time is that of its last edge, or its push: no hook in dispatch)
   wait_all,  ///< op: id, t = wait_for_all called, x = its return time
   push_failed,  ///< op: id: the push threw after its push event (deleted variable)
+  // Slices: work outside the engine's ops (ordo/detail/profile_hooks.hpp).
+  slice_begin,  ///< op: slice id, t = begun; x = bytes, y = name id, flags = SliceCategory
+  slice_info,   ///< op: slice id; x = the op that began it (its profiler id, 0: none), y = track name id
+  slice_peer,   ///< op: slice id; x = key, y = peer (as uint32)
+  slice_var,    ///< op: slice id; x = var (a transfer's variable)
+  slice_end,    ///< op: slice id, t = ended; x = result (as uint64)
+  slice_link,   ///< op: an op's id, t = when; x = the slice that released it, flags = 1 at the op's end, 0 at its push
 };
 
 /// One fixed-size record (32 bytes).
@@ -71,6 +79,8 @@ struct ThreadBuffer {
   std::uint32_t next_id = 0;     ///< op ids: next_id++ while below id_limit, then a new block
   std::uint32_t id_limit = 0;
   std::int64_t last_end = 0;     ///< time of the last end event: stamps the edges of that completion
+  std::uint64_t running = 0;     ///< the op started last on this thread and not ended (its id), 0: none
+  std::uint64_t releasing = 0;   ///< the slice whose completion this thread delivers, 0: none
   struct NameCache {
     const char* ptr = nullptr;
     const char* interned = nullptr;
@@ -104,6 +114,13 @@ class ProfilerCore {
   /// edge. Returns true if this was to's last access: it is ready.
   bool on_grant_access(const OpRecord* from, OpRecord* to, const VarRecord* var) noexcept;
   void on_wait_all(std::int64_t called) noexcept;
+
+  // Slices (ordo/detail/profile_hooks.hpp).
+  std::uint64_t slice_begin(SliceCategory category, const char* name, const char* track, std::uint64_t bytes,
+                            std::int32_t peer, std::uint64_t key, std::uint64_t var) noexcept;
+  void slice_end(std::uint64_t slice, std::int64_t result) noexcept;
+  void release_begin(std::uint64_t slice) noexcept;
+  void release_end() noexcept;
 
   // Reading (ordo::Profiler).
   ProfileData data() const;

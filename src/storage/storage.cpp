@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ordo/detail/coro_runtime.hpp"
+#include "ordo/detail/extension.hpp"
+#include "ordo/detail/stats_source.hpp"
 
 namespace ordo {
 
@@ -58,7 +60,7 @@ namespace detail {
 
 /// The pool's state, shared by the pool, its Buffers and their release ops
 /// (so that a release running after ~BufferPool is harmless).
-struct PoolState : std::enable_shared_from_this<PoolState> {
+struct PoolState : std::enable_shared_from_this<PoolState>, StatsSource {
   PoolState(Engine& e, BufferPoolOptions o) : engine(e), opts(std::move(o)) {
     if (!opts.allocator) opts.allocator = HostAllocator::system();
     if (!std::has_single_bit(opts.classes.page) ||
@@ -73,6 +75,18 @@ struct PoolState : std::enable_shared_from_this<PoolState> {
     for (auto& [c, list] : buckets) {
       for (void* p : list) opts.allocator->deallocate(p, c);
     }
+  }
+
+  /// Engine::stats(): while the BufferPool lives (registered by it).
+  void add_to(EngineStats& out) const noexcept override {
+    std::lock_guard lock(m);
+    BufferPoolTotals& t = out.buffers;
+    ++t.pools;
+    t.acquires += st.acquires;
+    t.hits += st.hits;
+    t.misses += st.misses;
+    t.in_use_bytes += st.in_use_bytes;
+    t.cached_bytes += st.cached_bytes;
   }
 
   Engine& engine;
@@ -360,10 +374,13 @@ Buffer AcquireAwaitable::wait() {
 // ---------------------------------------------------------------- BufferPool
 
 BufferPool::BufferPool(Engine& engine, BufferPoolOptions options)
-    : state_(std::make_shared<detail::PoolState>(engine, std::move(options))) {}
+    : state_(std::make_shared<detail::PoolState>(engine, std::move(options))) {
+  detail::EngineExtension::add_stats_source(engine, state_.get());
+}
 
 BufferPool::~BufferPool() {
   detail::PoolState& s = *state_;
+  detail::EngineExtension::remove_stats_source(s.engine, &s);
   detail::PoolWaiter* waiters = nullptr;
   {
     std::lock_guard lock(s.m);

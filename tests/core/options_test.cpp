@@ -175,5 +175,25 @@ TEST(OptionsEnv, EnginesNeverReadTheEnvironment) {
   EXPECT_FALSE(engine.profiler().enabled());
 }
 
+// Under mpirun every rank reads the same ORDO_PROFILE: each gets a file of
+// its own, named after its rank (scripts/merge_traces.py joins them).
+TEST(Options, ProfilePathGetsTheMpiRank) {
+  const ScopedEnv profile("ORDO_PROFILE", "out/trace.json");
+  const ScopedEnv pmix("PMIX_RANK", nullptr);
+  const ScopedEnv pmi("PMI_RANK", nullptr);
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_RANK", nullptr);
+    EXPECT_EQ(Options::from_env().profile.trace_path, "out/trace.json");
+  }
+  const ScopedEnv rank("OMPI_COMM_WORLD_RANK", "3");
+  EXPECT_EQ(Options::from_env().profile.trace_path, "out/trace.rank3.json");
+  const ScopedEnv no_ext("ORDO_PROFILE", "dir.d/trace");
+  EXPECT_EQ(Options::from_env().profile.trace_path, "dir.d/trace.rank3");
+  const ScopedEnv on("ORDO_PROFILE", "1");
+  EXPECT_EQ(Options::from_env().profile.trace_path, "ordo-trace.rank3.json");
+  const ScopedEnv off("ORDO_PROFILE", "0");
+  EXPECT_FALSE(Options::from_env().profile.enabled);
+}
+
 }  // namespace
 }  // namespace ordo::test

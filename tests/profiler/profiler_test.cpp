@@ -316,16 +316,42 @@ TEST_P(ProfilerDot, EdgesAndVariableLabels) {
   int released = 0;
   std::istringstream lines(dot);
   const std::regex node_re(R"re(^  (n\d+) \[label="#\d+ (\w+)\\n)re");
-  const std::regex edge_re(R"re(^  (n\d+) -> (n\d+) \[label="(v\d+) ([rw])->([rw])"(, style=dashed)?\];$)re");
+  const std::regex edge_re(
+      R"re(^  (n\d+) -> (n\d+) \[label="(v\d+) ([rw])->([rw])"(, style=dashed)?(, penwidth=3, color="#1f77b4")?\];$)re");
+  const std::regex bold_node_re(R"re(^  (n\d+) \[label=.*, penwidth=3, color="#1f77b4"\];$)re");
   std::vector<std::tuple<std::string, std::string, std::string, std::string>> raw;
+  std::vector<std::pair<std::string, std::string>> bold_edges;
+  std::set<std::string> bold_nodes;
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (std::regex_search(line, m, node_re)) node_name[m[1]] = m[2];
+    if (std::regex_match(line, m, bold_node_re)) bold_nodes.insert(m[1]);
     if (std::regex_match(line, m, edge_re)) {
       raw.emplace_back(m[1], m[2], m[3], std::string(m[4]) + std::string(m[5]));
       if (!m[6].matched) ++released;
+      if (m[7].matched) bold_edges.emplace_back(m[1], m[2]);
     }
   }
+  // The critical path, bold: G, then whichever of A and B made C ready (the
+  // one that finished last), C, E; each bold edge one that made its target ready.
+  std::set<std::string> bold_names;
+  for (const std::string& n : bold_nodes) bold_names.insert(node_name.at(n));
+  EXPECT_EQ(bold_names.size(), 4U) << dot;
+  EXPECT_TRUE(bold_names.count("G") && bold_names.count("C") && bold_names.count("E")) << dot;
+  EXPECT_NE(bold_names.count("A") + bold_names.count("B"), 2U) << dot;
+  ASSERT_EQ(bold_edges.size(), 3U) << dot;
+  EXPECT_EQ(node_name.at(bold_edges[0].first) + node_name.at(bold_edges[2].second), "GE") << dot;
+  const CriticalPath cp = engine.profiler().summary().critical_path;
+  ASSERT_EQ(cp.steps.size(), 4U);
+  EXPECT_EQ(cp.steps.front().name, "G");
+  EXPECT_EQ(cp.steps.back().name, "E");
+  EXPECT_TRUE(bold_names.count(cp.steps[1].name)) << cp.steps[1].name;
+  for (const CriticalStep& st : cp.steps) EXPECT_EQ(st.kind, "op");
+  // G waited for the gate: the longest step. The chain covers at most the run.
+  ASSERT_FALSE(cp.top.empty());
+  EXPECT_EQ(cp.top.front().name, "G");
+  EXPECT_LE(cp.length_ns, cp.wall_ns);
+  EXPECT_GE(cp.length_ns, cp.top.front().end_ns - cp.top.front().begin_ns);
   for (const auto& [from, to, var, modes] : raw) edges.emplace(node_name.at(from), node_name.at(to), var + " " + modes);
   const auto v = [](const Var& var) { return "v" + std::to_string(var.id()); };
   const std::set<std::tuple<std::string, std::string, std::string>> expected = {

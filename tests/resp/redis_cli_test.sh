@@ -79,6 +79,16 @@ piped=$(for i in $(seq 1 1000); do printf 'INCR piped\r\nSET key:%d %d\r\n' "$i"
 echo "$piped" | grep -q 'errors: 0, replies: 2000' || { echo "FAIL: --pipe: $piped"; failures=$((failures + 1)); }
 check '"1000"' get piped
 check '"777"' get key:777
+# INFO as redis-cli shows it (Redis's CRLF lines): each section alone, and all of them.
+check 'OK' set withttl v ex 1000
+check $'# Clients\r\nconnected_clients:1\r\nblocked_clients:0\r' info clients
+keys=$(timeout 30 redis-cli -p "$port" dbsize)
+check "$(printf '# Keyspace\r\ndb0:keys=%s,expires=1,avg_ttl=0\r' "$keys")" info keyspace
+info=$(timeout 30 redis-cli -p "$port" info 2>&1 | tr -d '\r')
+for want in '# Server' 'redis_version:' '# Clients' '# Stats' 'total_commands_processed:' '# Ordo' \
+            'ordo_ops_completed:' 'ordo_pool_cpu:workers=' '# Keyspace' "db0:keys=$keys,"; do
+  grep -qF -- "$want" <<<"$info" || { echo "FAIL: redis-cli info lacks '$want'"; failures=$((failures + 1)); }
+done
 # SIGTERM with a connection open and idle: the server still stops (and closes it).
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 printf 'PING\r\n' >&3

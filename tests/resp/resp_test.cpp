@@ -609,6 +609,55 @@ TEST_P(Resp, StopEndsAConnectionThatDoesNotReadItsReplies) {
   }
 }
 
+// INFO: Redis's format (a bulk string of "# Section" blocks of name:value
+// lines), each section alone or all of them; the keyspace counted by an op
+// over every slot, also when it is split over small ops (max_keys_per_op);
+// the ordo section holds the engine's live counters.
+TEST_P(Resp, InfoSectionsInRedisFormat) {
+  for (const std::size_t max_keys : {std::size_t{16384}, std::size_t{3}}) {
+    auto o = options();
+    o.max_keys_per_op = max_keys;
+    TestServer s(o);
+    Client c(s.port());
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(c.call({"SET", "k" + std::to_string(i), "v"}), ok);
+    EXPECT_EQ(c.call({"SET", "t", "v", "EX", "100"}), ok);
+    EXPECT_EQ(c.call({"INFO", "keyspace"}), bulk("# Keyspace\r\ndb0:keys=11,expires=1,avg_ttl=0\r\n"));
+    EXPECT_EQ(c.call({"info", "KEYSPACE", "nosuchsection"}),
+              bulk("# Keyspace\r\ndb0:keys=11,expires=1,avg_ttl=0\r\n"));
+    EXPECT_EQ(c.call({"INFO", "nosuchsection"}), bulk(""));
+    EXPECT_EQ(c.call({"INFO", "clients"}), bulk("# Clients\r\nconnected_clients:1\r\nblocked_clients:0\r\n"));
+    const std::string all = c.call({"INFO"});
+    ASSERT_EQ(all.rfind("$", 0), 0U) << all;
+    std::vector<std::string> sections;
+    std::size_t pos = all.find("\r\n") + 2;
+    while ((pos = all.find("# ", pos)) != std::string::npos) {
+      sections.push_back(all.substr(pos + 2, all.find("\r\n", pos) - pos - 2));
+      ++pos;
+    }
+    EXPECT_EQ(sections, (std::vector<std::string>{"Server", "Clients", "Stats", "Ordo", "Keyspace"}));
+    // Sections are separated by one blank line, as Redis writes them.
+    EXPECT_NE(all.find("blocked_clients:0\r\n\r\n# Stats\r\n"), std::string::npos) << all;
+    EXPECT_NE(all.find("\r\nredis_version:"), std::string::npos);
+    EXPECT_NE(all.find("\r\ntcp_port:" + std::to_string(s.port()) + "\r\n"), std::string::npos);
+    // 11 SETs, 4 INFOs before this one, this one: each request counted when read.
+    EXPECT_NE(all.find("\r\ntotal_commands_processed:16\r\n"), std::string::npos) << all;
+    // The SETs and the INFOs before this one ran as ops: all finished.
+    const std::string ordo = c.call({"INFO", "ordo"});
+    EXPECT_EQ(ordo.find("\r\n# Ordo\r\n"), ordo.find("\r\n")) << ordo;
+    const std::size_t at = ordo.find("ordo_ops_completed:");
+    ASSERT_NE(at, std::string::npos) << ordo;
+    EXPECT_GE(std::stoull(ordo.substr(at + 19)), 15U) << ordo;
+    // pushed = completed + in flight (the expiry sleep of "t" is still in flight).
+    const auto field = [&](const std::string& name) {
+      const std::size_t f = ordo.find("\r\n" + name + ":");
+      EXPECT_NE(f, std::string::npos) << name << " in " << ordo;
+      return f == std::string::npos ? 0ULL : std::stoull(ordo.substr(f + 3 + name.size()));
+    };
+    EXPECT_EQ(field("ordo_ops_pushed"), field("ordo_ops_completed") + field("ordo_ops_in_flight")) << ordo;
+    EXPECT_NE(ordo.find("\r\nordo_pool_cpu:workers=2,ready=0,"), std::string::npos) << ordo;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, Resp, ::testing::Values(0U, 8U),
                          [](const ::testing::TestParamInfo<unsigned>& p) { return p.param == 0 ? std::string("PerKey") : "Shards" + std::to_string(p.param); });
 

@@ -369,5 +369,26 @@ TEST(BufferPool, SteadyLoopKeepsMemoryFlat) {
   EXPECT_EQ(pool.stats().reserved_bytes, 0U);
 }
 
+// Engine::stats() sums the engine's pools while they live: one miss then
+// one hit (the block came back to its bucket) is a hit rate of one half.
+TEST(BufferPool, EngineStatsSumsThePools) {
+  Engine engine(Options{.cpu_workers = 2});
+  {
+    BufferPool pool(engine);
+    BufferPool other(engine);
+    pool.try_acquire(100).release();
+    engine.wait_for_all();  // the release op has run: the block is cached
+    Buffer again = pool.try_acquire(100);
+    const EngineStats s = engine.stats();
+    EXPECT_EQ(s.buffers.pools, 2U);
+    EXPECT_EQ(s.buffers.acquires, 2U);
+    EXPECT_EQ(s.buffers.hits, 1U);
+    EXPECT_EQ(s.buffers.misses, 1U);
+    EXPECT_DOUBLE_EQ(s.buffers.hit_rate(), 0.5);
+    EXPECT_EQ(s.buffers.in_use_bytes, 4096U);
+  }
+  EXPECT_EQ(engine.stats().buffers.pools, 0U);
+}
+
 }  // namespace
 }  // namespace ordo::test

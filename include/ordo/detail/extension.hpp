@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "ordo/detail/idle_task.hpp"
+#include "ordo/detail/profile_hooks.hpp"
+#include "ordo/detail/stats_source.hpp"
 #include "ordo/detail/timer_service.hpp"
 #include "ordo/engine.hpp"
 
@@ -86,6 +88,15 @@ struct EngineExtension {
   /// a sleeping worker, if any (none idle: the first to run out of work
   /// finds the task wanted).
   static void want_idle_task_runner(Engine& engine) noexcept;
+
+  /// The engine's profiler (ordo/detail/profile_hooks.hpp), null when
+  /// profiling is off. Fixed for the engine's life.
+  static ProfilerCore* profiler(Engine& engine) noexcept;
+
+  /// Engine::stats() asks `source` for its counters until it is removed
+  /// (remove_stats_source returns once no call to it is running).
+  static void add_stats_source(Engine& engine, const StatsSource* source);
+  static void remove_stats_source(Engine& engine, const StatsSource* source) noexcept;
 };
 
 }  // namespace ordo::detail

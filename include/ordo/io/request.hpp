@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ordo/detail/profile_hooks.hpp"
+
 namespace ordo::io {
 
 enum class Backend : std::uint8_t {
@@ -44,6 +46,21 @@ enum class OpCode : std::uint8_t {
   renameat,  ///< fd = old dirfd, path = old path, fd2 = new dirfd, path2 = new path, op_flags = RENAME_* flags
   list_dir,  ///< fd = dirfd, path, addr = std::vector<DirEntry>* -> entry count (blocking threads only)
   read_dir,  ///< fd = an open directory, addr = std::vector<DirEntry>* -> the next batch's count, 0 at the end
+};
+
+inline constexpr int kOpCodes = static_cast<int>(OpCode::read_dir) + 1;
+
+struct Request;
+
+/// A reactor's bookkeeping of its requests, reached from each request it
+/// started (Request::tap): per-kind counts for Engine::stats().
+struct IoTap {
+  /// Requests started / delivered, per OpCode (relaxed: counters).
+  std::atomic<std::uint64_t> started[kOpCodes] = {};
+  std::atomic<std::uint64_t> delivered[kOpCodes] = {};
+  /// The engine's profiler, null when profiling is off: then one
+  /// predictable branch per start and per delivery. Immutable once set.
+  ordo::detail::ProfilerCore* profiler = nullptr;
 };
 
 inline constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
@@ -86,6 +103,8 @@ struct Request {
   void* user = nullptr;  ///< the front end's object owning this request
   std::atomic<std::int32_t> refs{0};
   std::atomic<std::uint64_t> gen{0};  ///< pooled requests: bumped on reuse, checked by Handle::cancel
+  IoTap* tap = nullptr;               ///< the reactor that started it (Reactor::start)
+  std::uint64_t prof_id = 0;          ///< its slice in the trace (with a profiler; 0: none)
 
   // ---- backend scratch (owned by the backend while the request is in flight)
   Request* backend_next = nullptr;
@@ -106,10 +125,38 @@ inline bool try_retain(Request* r) noexcept {
   return true;
 }
 
+/// For its scope, the ops this thread pushes or finishes were released by
+/// r's completion (profiling on; nothing otherwise): deliver(), and a
+/// coroutine's awaiter that resumes it itself when the delivery came first.
+class ReleasedBy : ordo::detail::ProfileReleaseScope {
+ public:
+  explicit ReleasedBy(const Request& r) noexcept
+      : ProfileReleaseScope(r.tap != nullptr ? r.tap->profiler : nullptr, r.prof_id) {}
+};
+
+/// Delivers `r` (calls done), counted by the reactor that started it; with
+/// a profiler, ends its slice and marks what done() pushes or completes on
+/// this thread (a resumption, a callback, an op's OnComplete) as released by it.
+inline void deliver(Request* r) noexcept {
+  IoTap* tap = r->tap;
+  if (tap == nullptr) {
+    r->done(r);
+    return;
+  }
+  tap->delivered[static_cast<int>(r->code)].fetch_add(1, std::memory_order_relaxed);
+  if (ordo::detail::ProfilerCore* prof = tap->profiler; prof != nullptr) [[unlikely]] {
+    ordo::detail::profile_slice_end(prof, r->prof_id, r->res);
+    const ReleasedBy scope(*r);
+    r->done(r);  // may free r, or start it again (an exact transfer's next part)
+    return;
+  }
+  r->done(r);
+}
+
 /// Drops one reference; the last one delivers the request (calls done).
 /// Backends call it once for the op itself (finish_op) and once per cancel().
 inline void release(Request* r) noexcept {
-  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) r->done(r);
+  if (r->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) deliver(r);
 }
 /// The backend's end of an op: stores the result, drops the op's reference.
 inline void finish_op(Request* r, std::int64_t res) noexcept {
