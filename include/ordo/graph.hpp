@@ -15,11 +15,13 @@
 #include <any>
 #include <coroutine>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <typeinfo>
 #include <utility>
 
+#include "ordo/detail/error_ref.hpp"
 #include "ordo/detail/graph_capture.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error.hpp"
@@ -33,6 +35,12 @@ struct GraphAccess;
 /// the replay's state when `awaited` (the caller then owns one reference,
 /// dropped by replay_drop), null otherwise.
 ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited);
+/// start_replay, awaited through a callback instead of a coroutine (the
+/// Asio form): `done` runs once, on the thread that finishes the replay's
+/// last op, with the replay's first error (empty: none); not when this
+/// call throws.
+void start_replay_notify(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg,
+                         std::function<void(ErrorRef)> done);
 bool replay_ready(const ReplayState* s) noexcept;
 /// False: finished meanwhile, resume now.
 bool replay_suspend(ReplayState* s, std::coroutine_handle<> h) noexcept;

@@ -4,6 +4,7 @@
 // hand each body the replay's argument and to count the replay's ops down.
 #include <any>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -55,6 +56,8 @@ struct ReplayState {
   std::atomic<int> refs{1};
   std::mutex error_mutex;
   ErrorRef error;  ///< the first error, guarded by error_mutex
+  /// start_replay_notify's callback, called once by the finisher (else empty).
+  std::function<void(ErrorRef)> notify;
 
   void unref() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
@@ -67,7 +70,14 @@ struct ReplayState {
   /// One body gone (or, n > 1, bodies never made).
   void done(std::size_t n = 1) noexcept {
     if (pending.fetch_sub(n, std::memory_order_acq_rel) != n) return;
-    if (awaited) {
+    if (notify) {
+      ErrorRef e;
+      {
+        std::lock_guard lock(error_mutex);
+        e = std::move(error);
+      }
+      notify(std::move(e));
+    } else if (awaited) {
       const std::uintptr_t prev = word.exchange(kReady, std::memory_order_acq_rel);
       if (prev != kPending && prev != kAbandoned) resume(std::coroutine_handle<>::from_address(reinterpret_cast<void*>(prev)));
     }
@@ -137,8 +147,24 @@ std::string node_label(const GraphNode& node, std::size_t i) {
 
 }  // namespace
 
+namespace {
+ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited,
+                         std::function<void(ErrorRef)> notify);
+}  // namespace
+
 ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg,
                           bool awaited) {
+  return push_replay(engine, graph, std::move(arg), awaited, {});
+}
+
+void start_replay_notify(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg,
+                         std::function<void(ErrorRef)> done) {
+  push_replay(engine, graph, std::move(arg), true, std::move(done));
+}
+
+namespace {
+ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited,
+                         std::function<void(ErrorRef)> notify) {
   if (graph == nullptr) throw Error(Errc::invalid_argument, "replay of an empty ordo::Graph");
   if (graph->engine != &engine) {
     throw Error(Errc::invalid_argument, "replay of an ordo::Graph captured on another engine");
@@ -168,8 +194,10 @@ ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>
   s->graph = graph;
   s->arg = std::move(arg);
   s->awaited = awaited;
+  s->notify = std::move(notify);
   s->pending.store(n + 1, std::memory_order_relaxed);
-  if (awaited) s->refs.store(2, std::memory_order_relaxed);
+  const bool handed = awaited && !s->notify;  // the caller gets a reference (replay_drop)
+  if (handed) s->refs.store(2, std::memory_order_relaxed);
   std::size_t i = 0;
   bool made = false;  // op i's body exists (its destruction counts it)
   try {
@@ -191,8 +219,9 @@ ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>
       guard.release();
     }
   } catch (...) {
+    s->notify = nullptr;  // the caller gets the error from this call, not from the callback
     s->done(n - i - (made ? 1 : 0) + 1);  // the ops never made, and the replaying thread's count
-    if (awaited) s->unref();
+    if (handed) s->unref();
     try {
       throw;
     } catch (const Error& e) {
@@ -201,8 +230,9 @@ ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>
     }
   }
   s->done();
-  return awaited ? s : nullptr;
+  return handed ? s : nullptr;
 }
+}  // namespace
 
 bool replay_ready(const ReplayState* s) noexcept { return s->word.load(std::memory_order_acquire) == kReady; }
 
