@@ -43,10 +43,10 @@ struct Vars {
   ordo::Var batch, augmented, weights, rate, log;
 };
 
-// [snippet:step]
 // One step: the batch index comes from the caller (pushed) or from the
 // replay's argument (captured); the learning rate from the `rate` variable.
 void push_step(ordo::Engine& engine, Model& m, const Vars& v, int fixed_batch) {
+  // [snippet:step]
   auto batch_index = [fixed_batch] { return fixed_batch >= 0 ? fixed_batch : ordo::replay_arg<int>(); };
   engine.push_sync([&m, batch_index] {
     const int b = batch_index();
@@ -61,8 +61,8 @@ void push_step(ordo::Engine& engine, Model& m, const Vars& v, int fixed_batch) {
   engine.push_sync([&m] {
     m.losses.push_back(m.weights[0] ^ m.augmented[0]);
   }, ordo::Context::cpu(), {v.weights, v.augmented}, {v.log}, {.name = "log"});
+  // [end]
 }
-// [end]
 
 Vars make_vars(ordo::Engine& engine) {
   return {engine.new_variable(), engine.new_variable(), engine.new_variable(), engine.new_variable(),
@@ -106,11 +106,11 @@ double run_replayed(Model& m, int batches) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// [snippet:await]
 ordo::Task<void> last_step(ordo::Engine& engine, const ordo::Graph& step, int b) {
+  // [snippet:await]
   co_await ordo::replay(engine, step, b);  // resumes once the replay's ops are done; rethrows its error
+  // [end]
 }
-// [end]
 
 }  // namespace
 

@@ -105,7 +105,9 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   };
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
     for (const AccessSpec& a : nodes[i]->access) {
-      Last& l = last[a.var];
+      const auto [it, first] = last.try_emplace(a.var);
+      if (first) data_->vars.push_back({a, i});
+      Last& l = it->second;
       if (l.writer >= 0) edge(l.writer, i);
       if (a.write) {
         for (std::uint32_t r : l.readers) edge(r, i);

@@ -177,15 +177,16 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   // Every variable and operator checked before anything is pushed, so that
   // a replay that fails for a deleted one pushes nothing (barring a delete
   // racing with the replay: then the ops before the failed one run).
+  for (const GraphData::VarUse& use : graph->vars) {
+    VarRecord* v = use.spec.var;
+    std::lock_guard lock(v->lock);
+    if (v->gen != use.spec.gen) {
+      throw Error(Errc::deleted_var, "replay of a graph: var " + std::to_string(v->id) + " of " +
+                                         node_label(*graph->nodes[use.first_op], use.first_op) + " was deleted");
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     const GraphNode& node = *graph->nodes[i];
-    for (const AccessSpec& a : node.access) {
-      std::lock_guard lock(a.var->lock);
-      if (a.var->gen != a.gen) {
-        throw Error(Errc::deleted_var, "replay of a graph: var " + std::to_string(a.var->id) + " of " +
-                                           node_label(node, i) + " was deleted");
-      }
-    }
     if (node.oper != nullptr && node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
       throw Error(Errc::deleted_operator, "replay of a graph: the operator of " + node_label(node, i) + " was deleted");
     }
