@@ -279,6 +279,34 @@ TEST(GraphReplay, ConcurrentReplaysOfOneGraphKeepEachThreadsOrder) {
   }
 }
 
+TEST(GraphReplay, AwaitedOnEveryEngineWithAsyncOpsAndFromInsideAnOp) {
+  for (EngineKind kind : {EngineKind::naive, EngineKind::pooled, EngineKind::per_device}) {
+    ThreadExecutor completer;  // completes the async ops from another thread; outlives the engine
+    Engine engine(Options{.kind = kind, .cpu_workers = 2});
+    Var a = engine.new_variable(), b = engine.new_variable();
+    std::vector<int> log;  // guarded by a
+    Graph g = engine.capture([&] {
+      engine.push_async(
+          [&](RunContext, OnComplete done) {
+            log.push_back(replay_arg<int>());
+            completer.post([done] { done(); });
+          },
+          Context::cpu(), {}, {a});
+      engine.push_sync([&] { log.push_back(-replay_arg<int>()); }, Context::cpu(), {b}, {a});
+    });
+    auto twice = [&]() -> Task<void> {
+      co_await replay(engine, g, 1);
+      EXPECT_EQ(log.size(), 2U) << to_string(kind);  // resumed after both ops of the replay
+      co_await replay(engine, g, 2);
+    };
+    sync_wait(twice());
+    // A replay pushed from inside an op body, like a push from there.
+    engine.push_sync([&] { engine.replay(g, 3); }, Context::cpu(), {}, {b});
+    engine.wait_for_all();
+    EXPECT_EQ(log, (std::vector<int>{1, -1, 2, -2, 3, -3})) << to_string(kind);
+  }
+}
+
 TEST(GraphReplay, EmptyOrForeignGraphIsRefused) {
   Engine engine(threaded()), other(threaded());
   expect_error([&] { engine.replay(Graph{}); }, Errc::invalid_argument, "empty ordo::Graph");
