@@ -245,6 +245,23 @@ TEST(GraphReplay, GraphDestroyedWithReplaysInFlight) {
   EXPECT_EQ(ran.load(), 2);
 }
 
+TEST(GraphReplay, GraphOutlivesItsEngine) {
+  Graph g;
+  std::atomic<int> ran{0};
+  {
+    Engine engine(threaded());
+    Var v = engine.new_variable();
+    Operator op = engine.new_operator([&] { ++ran; }, {}, {v});
+    g = engine.capture([&] {
+      engine.push_sync([&, word = std::string("alive")] { ran += word == "alive" ? 1 : 0; }, Context::cpu(), {}, {v});
+      engine.push(op, Context::cpu());
+    });
+    engine.replay(g);
+  }  // drained: both ops ran; the graph keeps its bodies, and no pointer into the engine is followed again
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(g.size(), 2U);
+}
+
 TEST(GraphReplay, ConcurrentReplaysOfOneGraphKeepEachThreadsOrder) {
   const std::uint64_t seed = test_seed("concurrent_replays");
   Engine engine(Options{.kind = EngineKind::per_device, .cpu_workers = 4});
