@@ -63,6 +63,7 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
   static_assert(std::is_void_v<R> || (std::is_default_constructible_v<R> && std::is_move_constructible_v<R>),
                 "ordo::asio::push: fn's result must be default-constructible (it is passed as T{} beside an "
                 "error, as asio::co_spawn does) and movable; return std::optional<T> otherwise");
+  ordo::detail::refuse_in_capture(&engine, "ordo::asio::push");
   auto st = std::make_shared<asio_detail::State<D, R>>(std::forward<F>(fn));
   st->name = attrs.name;
   st->timed = asio_detail::eligible(engine, ctx, attrs);

@@ -229,9 +229,7 @@ class Engine {
   template <class F>
   void post(F&& fn, Context ctx = Context::cpu(), OpAttrs attrs = {}) {
     static_assert(detail::is_sync_fn_v<std::decay_t<F>>, "post needs a body callable as void(RunContext) or void()");
-    if (detail::GraphRecorder* rec = detail::t_recorder; rec != nullptr && rec->engine() == this) [[unlikely]] {
-      detail::GraphRecorder::refuse("post");
-    }
+    detail::refuse_in_capture(this, "post");
     detail::OpRecord* op = detail::op_alloc();
     detail::OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));

@@ -83,7 +83,7 @@ void GraphRecorder::refuse(const char* call) {
 void GraphRecorder::refuse_layer_push(std::uint8_t traits) {
   if ((traits & kFenceExempt) != 0) refuse("an ordo::gpu stream op");
   if ((traits & kNoUserCode) != 0) refuse("an ordo::io request");
-  refuse("a coroutine push (ordo::push, co_await engine.push or ordo::wait_for)");
+  refuse("a coroutine push (ordo::push, co_await engine.push or ordo::wait_for)");  // the lease form
 }
 
 std::shared_ptr<GraphData> GraphRecorder::finish() {

@@ -69,9 +69,15 @@ TEST(GraphCapture, RefusesWhatCannotBeRecordedByName) {
   Graph g = engine.capture([&] { engine.push_sync([] {}, Context::cpu(), {}, {v}); });
   expect_error([&] { (void)engine.capture([&] { engine.replay(g); }); }, Errc::invalid_argument,
                "replay inside Engine::capture");
-  // A coroutine push: refused at the push, the coroutine gets the error.
-  auto coro = [&]() -> Task<void> { co_await engine.push(reads(), writes(v)); };
-  expect_error([&] { (void)engine.capture([&] { sync_wait(coro()); }); }, Errc::invalid_argument,
+  // Coroutine pushes, each form: refused at the push, the coroutine gets the error.
+  auto lease = [&]() -> Task<void> { co_await engine.push(reads(), writes(v)); };
+  auto function = [&]() -> Task<void> { co_await engine.push(reads(), writes(v), [] { return 1; }); };
+  auto wait = [&]() -> Task<void> { co_await engine.wait_for(v); };
+  expect_error([&] { (void)engine.capture([&] { sync_wait(lease()); }); }, Errc::invalid_argument,
+               "a coroutine push");
+  expect_error([&] { (void)engine.capture([&] { sync_wait(function()); }); }, Errc::invalid_argument,
+               "a coroutine push");
+  expect_error([&] { (void)engine.capture([&] { sync_wait(wait()); }); }, Errc::invalid_argument,
                "a coroutine push");
   // After every refusal the thread pushes normally again.
   std::atomic<int> ran{0};

@@ -85,4 +85,13 @@ class GraphRecorder {
 /// always). constinit: read without a TLS wrapper call.
 extern constinit thread_local GraphRecorder* t_recorder;
 
+/// For the layers whose pushes a graph cannot replay (their op's body
+/// belongs to one awaiter or one transfer): throws, naming `call`, when the
+/// calling thread captures on `engine`.
+inline void refuse_in_capture(const Engine* engine, const char* call) {
+  if (const GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == engine) [[unlikely]] {
+    GraphRecorder::refuse(call);
+  }
+}
+
 }  // namespace ordo::detail
