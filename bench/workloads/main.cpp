@@ -41,7 +41,7 @@ constexpr const char* kUsage = R"(usage: ordo_workloads [options]
 
   --workload W1,W2,...   workloads to run (default: all of W1 W2 W2op W2co W3 W4 W4co W5 W6;
                          peers run W1-W6 only: W2op, W2co, W4co are ways of driving ordo)
-  --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled ordo-inline
+  --engines a,b,...      engines (default: all of serial ordo ordo-1w ordo-2w ordo-pooled ordo-inline ordo-graph
                          ordo-naive omp-gomp omp-llvm tbb-flow tbb-flow+build starpu);
                          serial always runs, as the reference; a peer that was not built
                          (package missing) is skipped with a message

@@ -119,7 +119,7 @@ void push_operator(ordo::Engine& engine, ordo::Operator op, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) engine.push(op, ordo::Context::cpu());
 }
 
-RunResult run_ordo(const Trace& t, const ordo::Options& options, bool inline_ok) {
+RunResult run_ordo(const Trace& t, const ordo::Options& options, bool inline_ok, bool graph) {
   const ordo::OpAttrs attrs{.inline_ok = inline_ok};
   std::vector<std::uint64_t> slots = initial_slots(t.num_vars);  // outlives the engine
   ordo::Engine engine(options);
@@ -145,8 +145,23 @@ RunResult run_ordo(const Trace& t, const ordo::Options& options, bool inline_ok)
                              writes, attrs);
   }
 
+  // A graph holds the same pushes (a coroutine trace's as plain pushes:
+  // coroutine pushes cannot be captured), recorded before timing.
+  ordo::Graph captured;
+  if (graph) {
+    captured = engine.capture([&] {
+      if (t.prebuilt_operator) {
+        push_operator(engine, op, t.ops());
+      } else {
+        push_each(engine, t, vars, slots.data(), attrs);
+      }
+    });
+  }
+
   const auto t0 = Clock::now();
-  if (t.prebuilt_operator) {
+  if (graph) {
+    engine.replay(captured);
+  } else if (t.prebuilt_operator) {
     push_operator(engine, op, t.ops());
   } else if (t.coroutine) {
     spawn_each(engine, t, vars, slots.data());
@@ -179,6 +194,10 @@ const std::vector<EngineSpec>& all_engines() {
     e.push_back({"ordo-inline", ordo::Options{.kind = EngineKind::per_device},
                  "per_device, one CPU worker per usable CPU, every op pushed with OpAttrs::inline_ok "
                  "(its pusher runs it if it is ready at push)", std::nullopt, true});
+    e.push_back({"ordo-graph", ordo::Options{.kind = EngineKind::per_device},
+                 "per_device, one CPU worker per usable CPU; the trace's pushes captured once into an ordo::Graph "
+                 "before timing (W2co, W4co as plain pushes), timed: Engine::replay and the wait",
+                 std::nullopt, false, true});
     e.push_back({"ordo-naive", ordo::Options{.kind = EngineKind::naive},
                  "naive: every op runs inline on the thread that makes it ready"});
     // Peers (bench/peers/): the same trace and op body in another runtime.
@@ -234,7 +253,8 @@ Measurement measure(const EngineSpec& engine, const Trace& trace, int runs, std:
   for (int r = 1; r <= runs; ++r) {
     if (before_run) before_run(r, runs);
     if (engine.peer) throw std::logic_error("a peer runs in its own process (figure.cpp)");
-    const RunResult res = engine.ordo ? run_ordo(trace, *engine.ordo, engine.inline_ok) : run_serial(trace);
+    const RunResult res =
+        engine.ordo ? run_ordo(trace, *engine.ordo, engine.inline_ok, engine.graph) : run_serial(trace);
     // W6's ceiling column only: a METG sweep's serial run is its reference digest, not a figure.
     if (!engine.ordo && trace.id == "W6") m.split_seconds.push_back(run_split(trace));
     if (r == 1) m.digest = res.digest;

@@ -34,6 +34,9 @@ struct EngineSpec {
   std::string description;
   std::optional<PeerSpec> peer{};      ///< peers only (neither: the serial loop)
   bool inline_ok = false;              ///< ordo: every op pushed with OpAttrs::inline_ok
+  /// ordo: the trace's pushes captured once into an ordo::Graph (untimed),
+  /// then replayed (timed: the replay and its wait)
+  bool graph = false;
 };
 
 /// Every engine the driver knows, in report order (serial, ordo, peers).

@@ -17,6 +17,7 @@
 
 #include <asio/async_result.hpp>
 
+#include <any>
 #include <exception>
 #include <memory>
 #include <type_traits>
@@ -28,6 +29,7 @@
 #include "ordo/detail/asio_op.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error_code.hpp"
+#include "ordo/graph.hpp"
 #include "ordo/var.hpp"
 
 namespace ordo::asio {
@@ -61,6 +63,7 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
   static_assert(std::is_void_v<R> || (std::is_default_constructible_v<R> && std::is_move_constructible_v<R>),
                 "ordo::asio::push: fn's result must be default-constructible (it is passed as T{} beside an "
                 "error, as asio::co_spawn does) and movable; return std::optional<T> otherwise");
+  ordo::detail::refuse_in_capture(&engine, "ordo::asio::push");
   auto st = std::make_shared<asio_detail::State<D, R>>(std::forward<F>(fn));
   st->name = attrs.name;
   st->timed = asio_detail::eligible(engine, ctx, attrs);
@@ -108,6 +111,35 @@ auto wait_for(Engine& engine, Var var, Token&& token) {
   return push(engine, VarSpan(var), VarSpan(), [] {}, Context::cpu(),
               OpAttrs{.prop = FnProperty::async, .name = "asio::wait_for", .inline_ok = true},
               std::forward<Token>(token));
+}
+
+/// Replays `graph` now (as Engine::replay, given `arg` when there is one:
+/// ordo::replay_arg<T>() in the bodies) and completes, with any completion
+/// token, once every op of the replay has finished: signature
+/// void(std::exception_ptr), the replay's first error as ordo::replay
+/// rethrows it (then observed). The handler is posted to its associated
+/// executor. Cancellation completes the handler at once with
+/// operation_aborted; the replay's ops were pushed and run regardless.
+/// A replay the engine refuses (a deleted variable) throws from this call.
+///
+/// @par Thread safety
+/// As push.
+template <class Token>
+auto replay(Engine& engine, const Graph& graph, std::any arg, Token&& token) {
+  auto st = std::make_shared<asio_detail::StateBase<void>>();
+  st->name = "ordo::asio::replay";
+  detail::start_replay_notify(engine, detail::GraphAccess::data(graph), std::move(arg),
+                              [st](detail::ErrorRef error) noexcept {
+                                if (!st->claim()) return;  // cancelled first
+                                st->error_ref = std::move(error);
+                                st->error = st->error_ref.exception();
+                                st->publish(st);
+                              });
+  return ::asio::async_initiate<Token, void(std::exception_ptr)>(asio_detail::Initiation<void>{st}, token);
+}
+template <class Token>
+auto replay(Engine& engine, const Graph& graph, Token&& token) {
+  return replay(engine, graph, std::any(), std::forward<Token>(token));
 }
 
 }  // namespace ordo::asio

@@ -404,6 +404,7 @@ template <detail::coro_fn F>
                                                                      F&& fn, Context ctx = Context::cpu(),
                                                                      OpAttrs attrs = {},
                                                                      const std::stop_token& stop = {}) {
+  detail::refuse_in_capture(&engine, "a coroutine push (ordo::push, co_await engine.push or ordo::wait_for)");
   using D = std::decay_t<F>;
   using R = detail::fn_result_t<D>;
   auto* st = detail::make_state<detail::FnState<D, R>>(std::forward<F>(fn));

@@ -239,6 +239,7 @@ class Dist {
   void push(F&& fn, DistSpan reads, DistSpan writes, OpAttrs attrs = {}, int rank = -1) {
     static_assert(ordo::detail::is_sync_fn_v<std::decay_t<F>>,
                   "Dist::push needs a body callable as void(RunContext) or void()");
+    ordo::detail::refuse_in_capture(&engine(), "ordo::dist::Dist::push");
     Plan& plan = begin_push(reads, writes, rank);
     if (plan.runs_here) {
       detail::TrackedBody<std::decay_t<F>> body(std::forward<F>(fn), pending_);

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "ordo/context.hpp"
+#include "ordo/detail/graph_capture.hpp"
 #include "ordo/detail/op_record.hpp"
 #include "ordo/error.hpp"
 #include "ordo/fence.hpp"
@@ -44,6 +45,7 @@ class VarList;  // ordo::Reads / ordo::Writes, from <ordo/coro.hpp>
 class LeaseAwaitable;  // from <ordo/coro.hpp>
 template <class R>
 class OpAwaitable;  // from <ordo/coro.hpp>
+class Graph;  // from <ordo/graph.hpp>
 
 namespace detail {
 /// The function form of a coroutine push takes fn callable as R(RunContext) or R().
@@ -139,6 +141,12 @@ class Engine {
   void push_sync(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     static_assert(detail::is_sync_fn_v<std::decay_t<F>>,
                   "push_sync needs a body callable as void(RunContext) or void()");
+    if (detail::GraphRecorder* rec = detail::t_recorder; rec != nullptr) [[unlikely]] {
+      if (rec->engine() == this) {
+        capture_push(*rec, "push_sync", std::forward<F>(fn), ctx, reads, writes, attrs);
+        return;
+      }
+    }
     using D = std::decay_t<F>;
     if constexpr (std::is_lvalue_reference_v<F> || std::is_const_v<std::remove_reference_t<F>>) {
       if constexpr (std::is_move_constructible_v<D>) {
@@ -183,6 +191,12 @@ class Engine {
   void push_async(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     static_assert(detail::is_async_fn_v<std::decay_t<F>>,
                   "push_async needs a body callable as void(RunContext, OnComplete)");
+    if (detail::GraphRecorder* rec = detail::t_recorder; rec != nullptr) [[unlikely]] {
+      if (rec->engine() == this) {
+        capture_push(*rec, "push_async", std::forward<F>(fn), ctx, reads, writes, attrs);
+        return;
+      }
+    }
     detail::OpRecord* op = detail::op_alloc();
     detail::OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
@@ -216,6 +230,7 @@ class Engine {
   template <class F>
   void post(F&& fn, Context ctx = Context::cpu(), OpAttrs attrs = {}) {
     static_assert(detail::is_sync_fn_v<std::decay_t<F>>, "post needs a body callable as void(RunContext) or void()");
+    detail::refuse_in_capture(this, "post");
     detail::OpRecord* op = detail::op_alloc();
     detail::OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
@@ -253,6 +268,17 @@ class Engine {
   [[nodiscard]] auto push(const VarList<detail::ReadsTag>& reads, const VarList<detail::WritesTag>& writes, F&& fn,
                           OpAttrs attrs, const std::stop_token& stop = {});
   [[nodiscard]] OpAwaitable<void> wait_for(Var var, const std::stop_token& stop = {});
+
+  /// Captured graphs (include <ordo/graph.hpp>, which defines the
+  /// templates; docs/graphs.md): `fn` runs on the calling thread and the
+  /// pushes it makes on this engine are recorded, not run; replay() pushes
+  /// the recorded sequence again, as if each push were made at that point.
+  /// `arg`: a value the bodies of that replay read with ordo::replay_arg<T>().
+  template <class F>
+  [[nodiscard]] Graph capture(F&& fn);
+  void replay(const Graph& graph);
+  template <class T>
+  void replay(const Graph& graph, T&& arg);
 
   /// Deletes an operator: pushes already made still run, later pushes throw
   /// Errc::deleted_operator; the record is freed when the last push finishes.
@@ -333,6 +359,13 @@ class Engine {
   detail::OpRecord* grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                                     std::uint8_t traits, int& worker);
   void submit_delete(detail::OpGuard& op, Context ctx, Var var);
+  /// A push made inside this engine's capture on this thread: recorded.
+  template <class F>
+  void capture_push(detail::GraphRecorder& rec, const char* call, F&& fn, Context ctx, VarSpan reads,
+                    VarSpan writes, const OpAttrs& attrs) {
+    rec.begin_fn().emplace(std::forward<F>(fn));
+    rec.commit_fn(call, ctx, reads, writes, attrs);
+  }
   void submit_post(detail::OpGuard& op, Context ctx, const OpAttrs& attrs);
   detail::OperatorRecord* alloc_operator();
   void free_operator(detail::OperatorRecord* rec) noexcept;

@@ -4,6 +4,7 @@
 #include "ordo/context.hpp"
 #include "ordo/engine.hpp"
 #include "ordo/error.hpp"
+#include "ordo/graph.hpp"
 #include "ordo/on_complete.hpp"
 #include "ordo/options.hpp"
 #include "ordo/var.hpp"

@@ -23,6 +23,26 @@ void abandon(detail::EngineCore* core) {
   std::lock_guard lock(*mutex);
   cores->push_back(core);
 }
+/// True while the calling thread captures a graph of `engine` (ordo/graph.hpp):
+/// the calls that cannot be recorded refuse, push(Operator) records.
+bool capturing(const Engine* engine) noexcept {
+  const detail::GraphRecorder* rec = detail::t_recorder;
+  return rec != nullptr && rec->engine() == engine;
+}
+
+/// A reference to a pre-built operator for one push (released when the op
+/// is cleaned up), taken only while the record is live (never resurrecting
+/// a freed one) and still the operator the handle's `gen` names.
+void retain_operator(detail::EngineCore* core, detail::OperatorRecord* rec, std::uint64_t gen) {
+  std::int64_t refs = rec->refs.load(std::memory_order_relaxed);
+  do {
+    if (refs == 0) throw Error(Errc::deleted_operator, "push of a deleted operator");
+  } while (!rec->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+  if (rec->gen.load(std::memory_order_acquire) != gen) {
+    core->release_operator(rec);
+    throw Error(Errc::deleted_operator, "push of a deleted operator");
+  }
+}
 }  // namespace
 
 Engine::Engine(Options options) : core_(std::make_unique<detail::EngineCore>(std::move(options))) {}
@@ -69,6 +89,7 @@ void Engine::submit_normalized(detail::OpGuard& guard, Context ctx, const detail
 }
 
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
+  if (capturing(this)) detail::GraphRecorder::refuse("delete_variable");
   detail::AccessSpec spec{core_->checked_record(var), detail::VarRecord::gen_of(var), true};
   detail::OpRecord* op = guard.get();
   op->kind = detail::OpKind::fn;
@@ -135,6 +156,10 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   detail::OperatorRecord* rec = handle.rec_;
   if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
   if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
+  if (capturing(this)) [[unlikely]] {
+    detail::t_recorder->record_operator(rec, handle.gen_, ctx, priority);
+    return;
+  }
   {
     // The direct path (detail::DirectRun) of an inline_ok operator, with no
     // reference taken: begin_direct grants it only if the handle is still live.
@@ -150,15 +175,7 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
       return;
     }
   }
-  // Take a reference only while the record is live (never resurrect a freed one).
-  std::int64_t refs = rec->refs.load(std::memory_order_relaxed);
-  do {
-    if (refs == 0) throw Error(Errc::deleted_operator, "push of a deleted operator");
-  } while (!rec->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
-  if (rec->gen.load(std::memory_order_acquire) != handle.gen_) {
-    core_->release_operator(rec);
-    throw Error(Errc::deleted_operator, "push of a deleted operator");
-  }
+  retain_operator(core_.get(), rec, handle.gen_);
   detail::OpRecord* op = detail::op_alloc();
   op->kind = detail::OpKind::oper;
   op->traits = rec->traits;
@@ -188,8 +205,14 @@ void Engine::delete_operator(Operator handle) {
   core_->retire_operator(rec);
 }
 
-void Engine::wait_for_var(Var var) { core_->wait_for_var(var); }
-void Engine::wait_for_all() { core_->wait_for_all(); }
+void Engine::wait_for_var(Var var) {
+  if (capturing(this)) detail::GraphRecorder::refuse("wait_for_var");
+  core_->wait_for_var(var);
+}
+void Engine::wait_for_all() {
+  if (capturing(this)) detail::GraphRecorder::refuse("wait_for_all");
+  core_->wait_for_all();
+}
 std::uint64_t Engine::var_version(Var var) const { return core_->var_version(var); }
 std::size_t Engine::in_flight() const noexcept { return core_->in_flight(); }
 std::size_t Engine::pending_errors() const { return core_->pending_errors(); }
@@ -208,6 +231,10 @@ detail::TimerService& detail::EngineExtension::timers(Engine& engine) {
   if (engine.timers_.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) return *made;
   delete made;  // another thread made it first
   return *expected;
+}
+
+void detail::EngineExtension::retain_operator(Engine& engine, OperatorRecord* rec, std::uint64_t gen) {
+  ordo::retain_operator(engine.core_.get(), rec, gen);
 }
 
 bool detail::EngineExtension::attach_idle_task(Engine& engine, IdleTask* task) noexcept {

@@ -27,6 +27,9 @@ struct EngineExtension {
                    std::uint8_t traits) {
     static_assert(is_sync_fn_v<std::decay_t<F>> || is_async_fn_v<std::decay_t<F>>,
                   "an op body is void(RunContext), void() or void(RunContext, OnComplete)");
+    if (GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == &engine) [[unlikely]] {
+      GraphRecorder::refuse_layer_push(traits);
+    }
     OpRecord* op = op_alloc();
     OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
@@ -59,6 +62,9 @@ struct EngineExtension {
   /// `traits`: those the lease's push would carry (its placement).
   static OpRecord* grant_now(Engine& engine, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                              std::uint8_t traits, int& worker) {
+    if (GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == &engine) [[unlikely]] {
+      GraphRecorder::refuse_layer_push(kRunsOnPusher);
+    }
     return engine.grant_lease_now(ctx, reads, writes, attrs, traits, worker);
   }
 
@@ -67,6 +73,15 @@ struct EngineExtension {
   /// a worker without it. False where it runs here either way (the naive
   /// engine) or never (a completion thread). ordo::asio's inline mode asks it.
   static bool inline_ok_decides(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept;
+
+  /// The engine's core, for the parts of the library built beside it
+  /// (src/graph: a replay pushes its recorded, normalised accesses).
+  [[nodiscard]] static EngineCore* core(Engine& engine) noexcept { return engine.core_.get(); }
+
+  /// A reference to a pre-built operator for one push, as
+  /// Engine::push(Operator) takes it (released by EngineCore::release_operator);
+  /// throws Errc::deleted_operator if `gen` is no longer its generation.
+  static void retain_operator(Engine& engine, OperatorRecord* rec, std::uint64_t gen);
 
   /// The engine's timer service (ordo/timer.hpp; ordo::io's io_uring
   /// Reactor attaches to it as its delegate), made by the first call (its

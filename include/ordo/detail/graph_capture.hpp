@@ -1,0 +1,97 @@
+// ordo/detail/graph_capture.hpp - what Engine's push calls see of a capture
+// (ordo/graph.hpp): the thread's recorder, checked by one thread-local load
+// at the top of each push, and the node a recorded push becomes. Internal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ordo/context.hpp"
+#include "ordo/detail/op_fn.hpp"
+#include "ordo/detail/op_record.hpp"
+#include "ordo/var.hpp"
+
+namespace ordo {
+class Engine;
+}  // namespace ordo
+
+namespace ordo::detail {
+
+struct OperatorRecord;
+
+/// One recorded push. Immutable once the capture has finished: replays of
+/// one graph read it from several threads at once.
+struct GraphNode {
+  enum class Kind : std::uint8_t { fn, oper };
+  /// The body (kind fn), called once per replay; never moved after capture.
+  OpFn fn;
+  Kind kind = Kind::fn;
+  bool async = false;
+  Context ctx{};
+  OpAttrs attrs{};
+  std::string name;  ///< attrs.name points here (the graph outlives its replays' ops)
+  /// Normalised at capture (sorted by record, duplicates merged, read+write
+  /// = write), with the generation of each handle: a replay after the
+  /// variable was deleted fails as a push would.
+  std::vector<AccessSpec> access;
+  /// Kind oper: the pre-built operator pushed, and its handle's generation
+  /// (a replay after delete_operator fails as the push would).
+  OperatorRecord* oper = nullptr;
+  std::uint64_t oper_gen = 0;
+  /// Resolved at capture: recorded ops after this one that conflict with it
+  /// with no recorded op between them on that variable (the graph's edges).
+  std::vector<std::uint32_t> succ;
+  std::uint32_t preds = 0;
+};
+
+struct GraphData;
+
+/// The capture in progress on this thread (Engine::capture): the push calls
+/// of its engine record through it instead of pushing. Lives on the stack of
+/// Engine::capture; installs itself in t_recorder for its lifetime.
+class GraphRecorder {
+ public:
+  /// Throws ordo::Error if the thread is capturing already.
+  explicit GraphRecorder(Engine& engine);
+  ~GraphRecorder();
+  GraphRecorder(const GraphRecorder&) = delete;
+  GraphRecorder& operator=(const GraphRecorder&) = delete;
+
+  [[nodiscard]] Engine* engine() const noexcept { return engine_; }
+  /// A new node whose body the caller emplaces, then commit_fn() (a node
+  /// left uncommitted because the emplace threw is dropped by the next call).
+  OpFn& begin_fn();
+  /// Records the node begun last: `call` names the push for error messages.
+  void commit_fn(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  /// Records a push of a pre-built operator (Engine::push(Operator)).
+  void record_operator(OperatorRecord* rec, std::uint64_t gen, Context ctx, const int* priority);
+  /// Throws ordo::Error{Errc::invalid_argument}: `call` cannot be recorded.
+  [[noreturn]] static void refuse(const char* call);
+  /// refuse() for a layer's push (detail::EngineExtension), named by its
+  /// OpTraits: a coroutine's, ordo::io's or ordo::gpu's.
+  [[noreturn]] static void refuse_layer_push(std::uint8_t traits);
+  /// Ends the capture: resolves the edges and hands the graph over.
+  std::shared_ptr<GraphData> finish();
+
+ private:
+  Engine* engine_;
+  std::shared_ptr<GraphData> data_;
+  std::unique_ptr<GraphNode> pending_;
+};
+
+/// The recorder of the capture running on this thread, or null (nearly
+/// always). constinit: read without a TLS wrapper call.
+extern constinit thread_local GraphRecorder* t_recorder;
+
+/// For the layers whose pushes a graph cannot replay (their op's body
+/// belongs to one awaiter or one transfer): throws, naming `call`, when the
+/// calling thread captures on `engine`.
+inline void refuse_in_capture(const Engine* engine, const char* call) {
+  if (const GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == engine) [[unlikely]] {
+    GraphRecorder::refuse(call);
+  }
+}
+
+}  // namespace ordo::detail
