@@ -13,6 +13,23 @@
 
 namespace ordo::detail {
 
+/// A layer object that uses an engine from threads of its own (ordo::io's
+/// Reactor: its reaper completes ops and posts to the engine, it serves the
+/// engine's timers and idle workers). Registered with EngineExtension::watch,
+/// it is told when the engine's destructor begins, before the drain, so that
+/// it can stop using the engine while the engine still runs what it hands
+/// over; it must not touch the engine after engine_closing() returned.
+class EngineWatcher {
+ public:
+  /// Called once, on the thread destroying the engine, before the engine
+  /// drains; the watcher was unregistered just before. Must return only once
+  /// the watcher's threads no longer call into the engine.
+  virtual void engine_closing() noexcept = 0;
+
+ protected:
+  ~EngineWatcher() = default;
+};
+
 /// A layer describes what its ops are (OpTraits), never who it is: the core
 /// names none of its clients. The Engine befriends this struct.
 struct EngineExtension {
@@ -78,6 +95,15 @@ struct EngineExtension {
   /// a sleeping worker, if any (none idle: the first to run out of work
   /// finds the task wanted).
   static void want_idle_task_runner(Engine& engine) noexcept;
+
+  /// Tells `w` when `engine`'s destructor begins (EngineWatcher). Throws
+  /// std::bad_alloc; ordo::Error{Errc::shutting_down} once the destructor
+  /// has begun.
+  static void watch(Engine& engine, EngineWatcher* w);
+  /// Undoes watch() (a watcher destroyed before its engine). Waits while the
+  /// engine's destructor is telling `w`: false then (the engine is gone for
+  /// `w`), true if `w` was still registered.
+  static bool unwatch(Engine& engine, EngineWatcher* w) noexcept;
 };
 
 }  // namespace ordo::detail
