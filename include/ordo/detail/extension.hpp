@@ -37,14 +37,17 @@ struct EngineExtension {
   /// `traits` (OpTraits bits) on top of what attrs says. ordo::io's
   /// launchers: kRunsOnPusher | kNoUserCode; a coroutine lease's grant:
   /// kRunsOnPusher; the gpu layer's stream ops: kFenceExempt.
+  /// `pushed`, if given, receives the op (for queued_behind).
   template <class F>
   static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                   std::uint8_t traits) {
+                   std::uint8_t traits, PushedOp* pushed = nullptr) {
     static_assert(is_sync_fn_v<std::decay_t<F>> || is_async_fn_v<std::decay_t<F>>,
                   "an op body is void(RunContext), void() or void(RunContext, OnComplete)");
     OpRecord* op = op_alloc();
     OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
+    // Read while the record is still ours: its completion changes it.
+    if (pushed != nullptr) *pushed = PushedOp{op, op->gen.load(std::memory_order_relaxed)};
     engine.submit(guard, ctx, reads, writes, attrs, traits);
   }
 
@@ -104,6 +107,13 @@ struct EngineExtension {
   /// engine's destructor is telling `w`: false then (the engine is gone for
   /// `w`), true if `w` was still registered.
   static bool unwatch(Engine& engine, EngineWatcher* w) noexcept;
+
+  /// The id of a variable on which `awaited` waits, queued behind the
+  /// access `lease` holds on it; -1 if there is none. `lease` must be held
+  /// (granted, not completed) by the caller, which is how a coroutine learns
+  /// that an op it would await queues behind its own lease: it would wait
+  /// for ever (src/core/lease_probe.cpp).
+  [[nodiscard]] static std::int64_t queued_behind(const OnComplete& lease, const PushedOp& awaited) noexcept;
 };
 
 }  // namespace ordo::detail
