@@ -6,6 +6,7 @@
 // the fix rank 0's wait_for_all returned normally (y still 0) or waited
 // for the missing transfer, and the job stalled until MPI_Abort.
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -61,6 +62,8 @@ TEST(DistFailedPush, EveryRanksWaitForAllFailsNamingTheRankAndThePush) {
     expect_names_the_failed_push(e, *d);
   }
   const auto waited = Clock::now() - t0;
+  std::printf("[ timing   ] rank %d: wait_for_all failed after %lld us\n", d->rank(),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(waited).count()));
   EXPECT_LT(waited, 1s * kScale) << "rank " << d->rank() << " learned of the failure after "
                                  << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() << " ms";
   // The books differ: later pushes and waits fail the same way, on every rank.
