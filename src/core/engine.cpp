@@ -73,8 +73,8 @@ void Engine::delete_variable(Var var) {
   delete_variable([] {}, Context::cpu(), var);
 }
 
-/// A push: normalises the lists (on the stack up to 16 variables) and hands
-/// the op to the core.
+// Once the destructor has begun: pushes made by the ops it drains (on its
+// workers, or inside one of its ops) belong to the drain; others are refused.
 void Engine::refuse_if_foreign(const char* op_name) const {
   const detail::ThreadState& ts = detail::t_state;
   const detail::EngineCore* core = core_.get();
@@ -85,6 +85,8 @@ void Engine::refuse_if_foreign(const char* op_name) const {
                   "(its destructor drains the ops already pushed and takes no new ones from other threads)");
 }
 
+/// A push: normalises the lists (on the stack up to 16 variables) and hands
+/// the op to the core.
 void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                     std::uint8_t traits) {
   check_open(attrs.name);
