@@ -180,6 +180,7 @@ TEST(AsioLifetime, EngineDestroyedWhileAnIoThreadPushesAnswersEveryRequest) {
   auto* engine = new ordo::Engine(test_options(2));
   const ordo::Var held = engine->new_variable(), v = engine->new_variable(), probe = engine->new_variable();
   Gate hold_drain, release_first;
+  std::latch first_running(1);        // the request in flight is running: pushed before the destructor
   std::promise<std::string> outcome;  // "ok;<refusal>" from the serving coroutine
   std::atomic<int> answers{0};
   IoThread io;
@@ -192,6 +193,7 @@ TEST(AsioLifetime, EngineDestroyedWhileAnIoThreadPushesAnswersEveryRequest) {
         try {
           const int first = co_await ordo::asio::push(*engine, ordo::reads(), ordo::writes(v),
                                                       [&] {
+                                                        first_running.count_down();
                                                         release_first.wait();
                                                         return 1;
                                                       },
@@ -209,6 +211,7 @@ TEST(AsioLifetime, EngineDestroyedWhileAnIoThreadPushesAnswersEveryRequest) {
       },
       asio::detached);
 
+  first_running.wait();
   std::thread destroyer([engine] { delete engine; });
   // Once a push from this thread is refused, the destructor is draining.
   bool refused = false;
