@@ -482,7 +482,7 @@ Reactor::~Reactor() {
   State& s = *state_;
   // Destroyed after its engine: the engine's destructor closed it already.
   if (s.engine_gone.load(std::memory_order_acquire)) return;
-  if (!ordo::detail::EngineExtension::unwatch(engine_, &s)) return;  // being closed by it right now
+  if (!ordo::detail::EngineExtension::unwatch(engine_, &s)) return;  // the engine's destructor took it
   close();
 }
 

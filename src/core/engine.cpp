@@ -27,9 +27,9 @@ void abandon(detail::EngineCore* core) {
 
 /// The layers to tell when the destructor begins (EngineExtension::watch).
 struct detail::EngineWatchers {
-  std::mutex mutex;  ///< guards `list` and `closed`; held while the destructor tells them
+  std::mutex mutex;  ///< guards `list` and `closed`
   std::vector<EngineWatcher*> list;
-  bool closed = false;  ///< the destructor has begun: watch() refuses
+  bool closed = false;  ///< the destructor has taken the list: watch() refuses, unwatch() finds nothing
 };
 
 Engine::Engine(Options options)
@@ -39,15 +39,15 @@ Engine::Engine(Options options)
 Engine::~Engine() {
   // Layers with threads of their own first (an io Reactor): they stop using
   // the engine while it still runs what their shutdown hands it.
+  // Told without the lock: what a watcher's shutdown runs (a cancelled
+  // request's callback) may make another watcher, which is then refused.
+  std::vector<detail::EngineWatcher*> told;
   {
     const std::lock_guard lock(watchers_->mutex);
     watchers_->closed = true;
-    while (!watchers_->list.empty()) {
-      detail::EngineWatcher* w = watchers_->list.back();
-      watchers_->list.pop_back();
-      w->engine_closing();
-    }
+    told.swap(watchers_->list);
   }
+  for (auto w = told.rbegin(); w != told.rend(); ++w) (*w)->engine_closing();
   // Timers next: whatever is still armed fires now, and what that posts is
   // drained below with the rest.
   delete timers_.exchange(nullptr, std::memory_order_acq_rel);

@@ -91,6 +91,37 @@ TEST_P(ReactorLifetime, EngineDestroyedFirstShutsTheReactorDownAndNeitherHangs) 
   ::close(p[1]);
 }
 
+// A callback that the engine's destructor runs (a request the reactor's
+// shutdown cancels) makes a new reactor on that engine: refused at once,
+// not a deadlock on the engine's list of reactors.
+TEST_P(ReactorLifetime, AReactorMadeWhileTheEngineIsDestroyedIsRefused) {
+  auto engine = std::make_unique<Engine>(Options{.kind = EngineKind::pooled, .cpu_workers = 2});
+  auto io = std::make_unique<Reactor>(*engine, IoOptions{.backend = GetParam(), .log = [](std::string_view) {}});
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  std::vector<char> buf(8);
+  std::promise<std::string> made;
+  Engine* raw = engine.get();
+  (void)io->read(p[0], std::as_writable_bytes(std::span(buf)), Reactor::kCurrent).then([&](const Result&) {
+    try {
+      // The thread backend: a second ring mapped where the first was just
+      // unmapped (liburing's raw munmap, unseen by ThreadSanitizer) reads to
+      // TSan as a race between the two reapers.
+      Reactor late(*raw, IoOptions{.backend = Backend::threads, .log = [](std::string_view) {}});
+      made.set_value("made");
+    } catch (const Error& e) {
+      made.set_value(e.code() == Errc::shutting_down ? e.what() : "wrong code");
+    }
+  });
+  bounded("the engine's destructor", [&] { engine.reset(); });
+  auto got = made.get_future();
+  ASSERT_EQ(got.wait_for(0s), std::future_status::ready) << "the callback never ran";
+  EXPECT_NE(got.get().find("being destroyed"), std::string::npos);
+  bounded("the reactor's destructor", [&] { io.reset(); });
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
 // The usual order, for comparison: the reactor goes first and the engine
 // then drains what it left.
 TEST_P(ReactorLifetime, ReactorDestroyedFirstStillWorks) {

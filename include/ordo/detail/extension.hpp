@@ -103,9 +103,10 @@ struct EngineExtension {
   /// std::bad_alloc; ordo::Error{Errc::shutting_down} once the destructor
   /// has begun.
   static void watch(Engine& engine, EngineWatcher* w);
-  /// Undoes watch() (a watcher destroyed before its engine). Waits while the
-  /// engine's destructor is telling `w`: false then (the engine is gone for
-  /// `w`), true if `w` was still registered.
+  /// Undoes watch() (a watcher destroyed before its engine): true if `w` was
+  /// still registered; false once the engine's destructor has taken it (it
+  /// is told, or was: the engine is gone for `w`). A watcher destroyed
+  /// while its engine's destructor runs is the program's race.
   static bool unwatch(Engine& engine, EngineWatcher* w) noexcept;
 
   /// The id of a variable on which `awaited` waits, queued behind the
