@@ -24,6 +24,22 @@
 
 namespace {
 
+ordo::Task<bool> own_lease(ordo::Engine& engine, ordo::Var v) {
+  bool refused = false;
+  // [snippet:coro_own_lease]
+  ordo::Lease lease = co_await ordo::push(engine, ordo::reads(), ordo::writes(v));
+  try {
+    co_await ordo::push(engine, ordo::reads(v), ordo::writes(), [] {}, {.name = "reader"});
+  } catch (const ordo::Error& e) {  // e.code() == ordo::Errc::deadlock; e.what():
+    // "co_await of op 'reader' would wait for ever: it queues on var 3 behind a
+    // lease this coroutine holds; ..."
+    refused = e.code() == ordo::Errc::deadlock;
+  }
+  lease.release();  // the reader, still pushed, runs now
+  // [end]
+  co_return refused;
+}
+
 ordo::Task<void> attributes(ordo::Engine& engine, ordo::Var a, ordo::Var b) {
   // [snippet:coro_attrs]
   // Access form: push(engine, reads, writes, ctx, attrs, stop)
@@ -172,6 +188,7 @@ int main() {
   ordo::Engine engine;
   ordo::Var a = engine.new_variable(), b = engine.new_variable();
   ordo::sync_wait(attributes(engine, a, b));
+  assert(ordo::sync_wait(own_lease(engine, a)));
   long total = 0;
   ordo::Var total_var = engine.new_variable();
   ordo::sync_wait(bounded(engine, total_var, total));

@@ -290,6 +290,7 @@ void IoOpBase::StopFn::operator()() const noexcept {
 
 bool IoOpBase::suspend(std::coroutine_handle<> h) {
   if (started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was started twice");
+  io_->check_engine();
   started_ = true;
   waiter_ = h;
   total_ = static_cast<std::size_t>(req_.len);
@@ -358,7 +359,9 @@ struct Reactor::Pooled {
 /// expiry is delivered as io's own sleeps are (by an idle worker waiting in
 /// the ring, or the reaper). The TimerService decides and arbitrates; this
 /// only turns a timer into a request and back (docs/coroutines.md, "Timers").
-struct Reactor::State final : ordo::detail::TimerService::Delegate, ordo::detail::StatsSource {
+struct Reactor::State final : ordo::detail::TimerService::Delegate,
+                              ordo::detail::StatsSource,
+                              ordo::detail::EngineWatcher {
   using TimerService = ordo::detail::TimerService;
 
   /// Every request this reactor starts points here (Request::tap).
@@ -385,6 +388,17 @@ struct Reactor::State final : ordo::detail::TimerService::Delegate, ordo::detail
     } catch (...) {  // out of memory: the snapshot lacks these rows
     }
   }
+
+  /// The engine's destructor began while this reactor lives: it shuts down
+  /// now (requests cancelled and delivered, callbacks run by the engine
+  /// that is still draining), and never touches the engine again.
+  void engine_closing() noexcept override {
+    io->close();
+    engine_gone.store(true, std::memory_order_release);
+  }
+  /// Set by engine_closing (release); read (acquire) by the destructor and
+  /// by every request or push started afterwards, which throw.
+  std::atomic<bool> engine_gone{false};
 
   /// One engine timer in the ring: freed by its delivery, after settle().
   struct Sleep : TimerService::Claim {
@@ -494,14 +508,38 @@ Reactor::Reactor(Engine& engine, IoOptions options)
       throw;
     }
   }
+  try {
+    ordo::detail::EngineExtension::watch(engine_, state_.get());
+  } catch (...) {
+    ordo::detail::EngineExtension::remove_stats_source(engine_, state_.get());
+    close();
+    throw;
+  }
 }
 
 Reactor::~Reactor() {
   State& s = *state_;
+  // Destroyed after its engine: the engine's destructor closed it already.
+  if (s.engine_gone.load(std::memory_order_acquire)) return;
+  if (!ordo::detail::EngineExtension::unwatch(engine_, &s)) return;  // the engine's destructor took it
   ordo::detail::EngineExtension::remove_stats_source(engine_, &s);
+  close();
+}
+
+void Reactor::check_engine() const {
+  if (state_->engine_gone.load(std::memory_order_acquire)) {
+    throw Error(Errc::shutting_down,
+                "ordo::io::Reactor: a request started after the reactor's engine was destroyed (the engine's "
+                "destructor shut this reactor down; destroy a Reactor before its Engine)");
+  }
+}
+
+void Reactor::close() noexcept {
+  State& s = *state_;
   // No new engine timer comes here; those in the ring are cancelled by the
   // shutdown below and handed back to the engine's timer thread.
   if (s.timers != nullptr) s.timers->detach(&s);
+  s.timers = nullptr;
   s.closed.store(true, std::memory_order_seq_cst);
   while (s.starting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   backend_->shutdown();  // every request delivered: their callbacks and resumptions are posted
@@ -719,6 +757,7 @@ void Reactor::pooled_done(detail::Request* r) noexcept {
 
 Handle Reactor::start_pooled(detail::IoOpBase& op, bool completion, detail::Callback* cb, OnComplete done) {
   if (op.started_) throw Error(Errc::invalid_argument, "an ordo::io::IoOp was started twice");
+  check_engine();
   op.started_ = true;
   Pooled* p = alloc_pooled();
   detail::copy_description(op.req_, p->req);
@@ -947,6 +986,7 @@ constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::k
 void Reactor::push_read(Var buffer_var, int fd, std::span<std::byte> buf, std::uint64_t offset, Var file_var,
                         OpAttrs attrs) {
   if (attrs.name == nullptr) attrs.name = "ordo::io read";
+  check_engine();
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { read(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {
@@ -960,6 +1000,7 @@ void Reactor::push_read(Var buffer_var, int fd, std::span<std::byte> buf, std::u
 void Reactor::push_write(Var buffer_var, int fd, std::span<const std::byte> buf, std::uint64_t offset, Var file_var,
                          OpAttrs attrs) {
   if (attrs.name == nullptr) attrs.name = "ordo::io write";
+  check_engine();
   attrs.prop = FnProperty::async;
   auto body = [this, fd, buf, offset](RunContext, OnComplete done) { write(fd, buf, offset).exact().then(done); };
   if (file_var.empty()) {

@@ -48,7 +48,9 @@ using push_signature_t = asio_detail::signature_t<asio_detail::fn_result_t<std::
 /// associated executor; fn runs on an engine worker, or inline on an
 /// io_context thread only with OpAttrs::inline_ok (docs/asio.md: "Eager
 /// registration", "Errors", "Where handlers run", "Where fn runs",
-/// "Cancellation"). `reads`/`writes`
+/// "Cancellation"). A push refused because the engine's destructor has
+/// begun (Errc::shutting_down) completes the operation with that error
+/// instead of throwing. `reads`/`writes`
 /// accept `{a, b}`, a Var, a vector or ordo::reads(...)/ordo::writes(...)
 /// (use those inside co_await: g++ 12 rejects braced lists there).
 ///
@@ -69,22 +71,30 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
   st->timed = asio_detail::eligible(engine, ctx, attrs);
   std::shared_ptr<std::atomic<int>> turn;
   if (st->timed) turn = asio_detail::inline_turn(engine, asio_detail::cost_ns<D>());
-  if (turn) {
-    // The inline path (detail/asio_inline.hpp): pushed as a launcher, so fn
-    // runs right here if the op is ready, and on a worker once it is
-    // otherwise.
-    st->adaptive = true;
-    OpAttrs launcher = attrs;
-    launcher.prop = FnProperty::async;
-    {
-      const asio_detail::PushScope scope(st.get());
-      engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, launcher);  // eager: registered now
+  try {
+    if (turn) {
+      // The inline path (detail/asio_inline.hpp): pushed as a launcher, so fn
+      // runs right here if the op is ready, and on a worker once it is
+      // otherwise.
+      st->adaptive = true;
+      OpAttrs launcher = attrs;
+      launcher.prop = FnProperty::async;
+      {
+        const asio_detail::PushScope scope(st.get());
+        engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, launcher);  // eager: registered now
+      }
+      if (st->ran_inline) st->hold_turn(std::move(turn));
+    } else {
+      OpAttrs offload = attrs;
+      if (st->timed) offload.inline_ok = false;  // inline_ok, but this push goes to a worker (no turn)
+      engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, offload);  // eager: registered now
     }
-    if (st->ran_inline) st->hold_turn(std::move(turn));
-  } else {
-    OpAttrs offload = attrs;
-    if (st->timed) offload.inline_ok = false;  // inline_ok, but this push goes to a worker (no turn)
-    engine.push_async(asio_detail::Body<D, R>(st), ctx, reads, writes, offload);  // eager: registered now
+  } catch (const Error& e) {
+    // Refused because the engine is being destroyed: the request still gets
+    // its answer, through the handler like any outcome (the body, destroyed
+    // unrun, published a skip; the refusal says more). Misuse still throws.
+    if (e.code() != Errc::shutting_down) throw;
+    st->error = std::current_exception();
   }
   return ::asio::async_initiate<Token, asio_detail::signature_t<R>>(
       asio_detail::Initiation<R>{std::shared_ptr<asio_detail::StateBase<R>>(std::move(st))}, token);

@@ -104,6 +104,22 @@ inline void OpState::skipped() noexcept {
 
 class LeaseAwaitable;
 
+namespace detail {
+/// The id of a variable on which the op of `st` queues behind a lease that
+/// the task `p` holds (it would wait for ever), or -1. Costs one test of an
+/// empty vector where the task holds no lease.
+inline std::int64_t blocked_by_own_lease(const PromiseBase& p, const OpState* st, bool consumed) noexcept {
+  if (p.leases().empty() || st == nullptr || consumed || st->pushed.op == nullptr ||
+      st->word.load(std::memory_order_acquire) == kOpReady) {
+    return -1;
+  }
+  for (const OnComplete& lease : p.leases()) {
+    if (const std::int64_t var = EngineExtension::queued_behind(lease, st->pushed); var >= 0) return var;
+  }
+  return -1;
+}
+}  // namespace detail
+
 /// The granted accesses of an op pushed by the access form of ordo::push.
 /// While a Lease is held, the op is running: conflicting ops wait. The op
 /// completes (accesses released, dependants dispatched) by exactly one of:
@@ -124,10 +140,13 @@ class Lease {
  public:
   Lease() noexcept = default;
   Lease(Lease&& o) noexcept
-      : done_(o.done_), rc_(o.rc_), uncaught_(o.uncaught_), held_(std::exchange(o.held_, false)) {}
+      : done_(o.done_), rc_(o.rc_), uncaught_(o.uncaught_), held_(std::exchange(o.held_, false)) {
+    if (held_) o.forget();
+  }
   Lease& operator=(Lease&& o) noexcept {
     if (this != &o) {
       finish_in_destructor();
+      if (o.held_) o.forget();
       done_ = o.done_;
       rc_ = o.rc_;
       owner_ = nullptr;  // moved: the owning coroutine is not known any more
@@ -144,12 +163,14 @@ class Lease {
   void release() {
     check_held("release");
     held_ = false;
+    forget();
     done_();
   }
   /// Completes the op with `error` (stored on the variables it mutates).
   void fail(std::exception_ptr error) {
     check_held("fail");
     held_ = false;
+    forget();
     done_(std::move(error));
   }
   [[nodiscard]] bool held() const noexcept { return held_; }
@@ -160,7 +181,14 @@ class Lease {
  private:
   friend class LeaseAwaitable;
   Lease(OnComplete done, const RunContext& rc, detail::PromiseBase* owner) noexcept
-      : done_(done), rc_(rc), owner_(owner), uncaught_(std::uncaught_exceptions()), held_(true) {}
+      : done_(done), rc_(rc), owner_(owner), uncaught_(std::uncaught_exceptions()), held_(true) {
+    if (owner_ != nullptr) owner_->lease_held(done_);
+  }
+  /// No longer held by (or no longer known to) the owning task.
+  void forget() noexcept {
+    if (owner_ != nullptr) owner_->lease_ended(done_);
+    owner_ = nullptr;
+  }
 
   void check_held(const char* what) const {
     if (!held_) throw Error(Errc::invalid_argument, std::string("Lease::") + what + " on a lease not held");
@@ -168,11 +196,13 @@ class Lease {
   void finish_in_destructor() noexcept {
     if (!held_) return;
     held_ = false;
+    detail::PromiseBase* owner = owner_;
+    forget();
     try {
       if (std::uncaught_exceptions() <= uncaught_) {
         done_();
-      } else if (owner_ != nullptr) {
-        owner_->park(done_);
+      } else if (owner != nullptr) {
+        owner->park(done_);
       } else {
         done_(std::make_exception_ptr(
             Error(Errc::cancelled, "lease destroyed during exception unwinding outside an ordo::Task")));
@@ -263,8 +293,12 @@ class [[nodiscard]] LeaseAwaitable : public detail::OpAwaitBase {
     bind_executor(ex);
     return std::move(*this);
   }
-  /// Called by the awaiting Task's await_transform.
-  void ordo_bind_owner(detail::PromiseBase* p) noexcept { owner_ = p; }
+  /// Called by the awaiting Task's await_transform: the lease will be the
+  /// task's; an op that queues behind another lease of it fails the await.
+  void ordo_bind_owner(detail::PromiseBase* p) noexcept {
+    owner_ = p;
+    if (!now_) blocked_on_ = detail::blocked_by_own_lease(*p, st_, consumed_);
+  }
 
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit LeaseAwaitable(detail::OpState* st) noexcept : OpAwaitBase(st) {}
@@ -332,6 +366,12 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
     return std::move(*this);
   }
 
+  /// Called by the awaiting Task's await_transform: an op that queues
+  /// behind a lease the task holds fails the await (Errc::deadlock).
+  void ordo_bind_owner(detail::PromiseBase* p) noexcept {
+    blocked_on_ = detail::blocked_by_own_lease(*p, st_, consumed_);
+  }
+
   /// Internal: made by ordo::push; takes over one reference to `st`.
   explicit OpAwaitable(detail::ResultState<R>* st) noexcept : OpAwaitBase(st) {}
 };
@@ -367,7 +407,8 @@ class [[nodiscard]] OpAwaitable : public detail::OpAwaitBase {
   detail::StateRef mine(detail::make_state<detail::OpState>());
   mine.get()->name = attrs.name;
   mine.get()->cancellable = stop.stop_possible();
-  detail::EngineExtension::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs, traits);
+  detail::EngineExtension::push(engine, detail::LeaseBody(mine.get()), ctx, r, w, attrs, traits,
+                                &mine.get()->pushed);
   mine.get()->arm(stop);
   return LeaseAwaitable(mine.release());
 }
@@ -411,7 +452,7 @@ template <detail::coro_fn F>
   detail::StateRef mine(st);
   st->name = attrs.name;
   st->cancellable = stop.stop_possible();
-  engine.push_async(detail::FnBody<D, R>(st), ctx, r, w, attrs);
+  detail::EngineExtension::push(engine, detail::FnBody<D, R>(st), ctx, r, w, attrs, detail::kNoTraits, &st->pushed);
   st->arm(stop);
   mine.release();
   return OpAwaitable<R>(st);

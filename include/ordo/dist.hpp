@@ -235,17 +235,31 @@ class Dist {
   /// Pushes `fn` (`void(RunContext)` or `void()`), which runs on
   /// executor(reads, writes, rank) reading `reads` and mutating `writes`
   /// there (their values at that rank's addresses). Every rank calls it.
+  ///
+  /// A push that throws here (a DistVar this Dist did not register, a
+  /// deleted variable, ...) leaves this rank's books different from the
+  /// others': the Dist tells every rank, and from then on every wait of
+  /// every rank (the next wait_for_all on all of them, wait_for_var where a
+  /// transfer was due) throws a RemoteError naming this rank, the push and
+  /// the cause, and every later push throws it at once. No rank reads a
+  /// value its books expected and never got.
   template <class F>
   void push(F&& fn, DistSpan reads, DistSpan writes, OpAttrs attrs = {}, int rank = -1) {
     static_assert(ordo::detail::is_sync_fn_v<std::decay_t<F>>,
                   "Dist::push needs a body callable as void(RunContext) or void()");
     ordo::detail::refuse_in_capture(&engine(), "ordo::dist::Dist::push");
-    Plan& plan = begin_push(reads, writes, rank);
-    if (plan.runs_here) {
-      detail::TrackedBody<std::decay_t<F>> body(std::forward<F>(fn), pending_);
-      engine().push_sync(std::move(body), Context::cpu(), plan.reads, plan.writes, attrs);
+    check_books();
+    try {
+      Plan& plan = begin_push(reads, writes, rank);
+      if (plan.runs_here) {
+        detail::TrackedBody<std::decay_t<F>> body(std::forward<F>(fn), pending_);
+        engine().push_sync(std::move(body), Context::cpu(), plan.reads, plan.writes, attrs);
+      }
+      end_push(plan);
+    } catch (...) {
+      push_failed(attrs.name);
+      throw;
     }
-    end_push(plan);
   }
 
   /// Waits until every op pushed so far on `v` has finished on this rank,
@@ -253,11 +267,16 @@ class Dist {
   /// and rethrows (and clears) the error this rank's copy carries: on the
   /// owner, the error of the last write, wherever it ran. Not collective,
   /// no barrier: a rank that holds no part of `v`'s history returns at
-  /// once, and its copy may be stale (only the owner's is current).
+  /// once, and its copy may be stale (only the owner's is current). Once a
+  /// push failed on some rank (see push), throws that failure wherever it
+  /// is known; a transfer this rank waits for fails as soon as the news
+  /// arrives, so the owner never returns with the value the push left stale.
   void wait_for_var(DistVar v);
   /// Collective. Engine::wait_for_all on this rank, then a barrier, so
   /// every rank's pushes so far have finished everywhere when any returns.
-  /// Rethrows (after the barrier) what the local wait_for_all threw.
+  /// Rethrows (after the barrier) what the local wait_for_all threw; if a
+  /// push failed on any rank (the barrier tells every rank), throws that
+  /// failure (RemoteError naming the rank and the push) on every rank.
   void wait_for_all();
   /// Collective. Returns when every rank has called it (MPI_Ibarrier on the
   /// progress thread: transfers go on meanwhile).
@@ -281,6 +300,11 @@ class Dist {
   };
   Plan& begin_push(DistSpan reads, DistSpan writes, int rank);
   void end_push(Plan& plan);
+  /// Throws the failure of a push on any rank, once known here (a relaxed
+  /// load when there is none).
+  void check_books() const;
+  /// The push being made threw: records it here and tells every rank.
+  void push_failed(const char* op_name) noexcept;
 
   std::unique_ptr<detail::DistImpl> impl_;
   detail::PendingOps* pending_ = nullptr;  // impl_'s

@@ -37,6 +37,7 @@ class EngineCore;
 struct EngineExtension;
 struct OperatorRecord;
 class TimerService;
+struct EngineWatchers;
 struct ReadsTag;
 struct WritesTag;
 }  // namespace detail
@@ -101,16 +102,24 @@ class Operator {
 /// instead of deadlocking: push a dependent op (or, in a coroutine, co_await)
 /// instead.
 ///
-/// Shutdown. The destructor drains: every op already pushed runs (or is
-/// skipped because of an error), including ops pushed by those ops; then the
-/// workers are joined. Async ops whose completion has not come after
-/// Options::shutdown_timeout are reported and abandoned (the engine's state is
-/// kept alive so a late completion is harmless). The destructor never throws.
+/// Shutdown. The destructor first stops the layers that serve the engine
+/// from threads of their own (an ordo::io::Reactor still alive shuts down:
+/// its requests are cancelled and delivered), then drains: every op already
+/// pushed runs (or is skipped because of an error), including ops pushed by
+/// those ops; then the workers are joined. From the drain on, a push, post or
+/// delete_variable from any other thread (an io_context thread still serving
+/// requests) throws ordo::Error{Errc::shutting_down} naming the op: it is
+/// refused, never queued to an engine that will not run it. Async ops whose
+/// completion has not come after Options::shutdown_timeout are reported and
+/// abandoned (the engine's state is kept alive so a late completion is
+/// harmless). The destructor never throws.
 ///
 /// @par Thread safety
 /// Every member function may be called from any thread, concurrently, except
-/// the destructor, which must not race with other calls on the same engine
-/// (calls made by the ops it is draining are fine).
+/// the destructor. Calls made by the ops it is draining are fine; calls from
+/// other threads while it runs are refused as above (one that began before
+/// the destructor and is still inside the push when the drain ends is the
+/// program's race: join such threads, or stop their io_context, first).
 class Engine {
  public:
   explicit Engine(Options options = {});
@@ -373,7 +382,24 @@ class Engine {
   Operator init_operator(detail::OperatorRecord* rec, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                          std::uint8_t traits = 0);
 
+  /// Refuses a push from a thread that runs none of this engine's ops
+  /// (the destructor has begun; closing_ is set): throws Errc::shutting_down.
+  [[gnu::cold]] void refuse_if_foreign(const char* op_name) const;
+  /// Every push's check of closing_ (one relaxed load, beside core_).
+  void check_open(const char* op_name) const {
+    if (closing_.load(std::memory_order_relaxed)) [[unlikely]] refuse_if_foreign(op_name);
+  }
+
   std::unique_ptr<detail::EngineCore> core_;
+  /// False until the destructor begins its drain; then true for good.
+  /// Written by the destructor (seq_cst), read relaxed by every push: a
+  /// push that reads false before the store is counted in flight before
+  /// it returns and so drained (the window is the push's own few
+  /// instructions, see the class comment).
+  std::atomic<bool> closing_{false};
+  /// Layers told at the start of the destructor (EngineExtension::watch):
+  /// made by the constructor, guarded by its own mutex.
+  std::unique_ptr<detail::EngineWatchers> watchers_;
   /// The engine's timers (detail::EngineExtension::timers), made by the first
   /// use (a CAS from null); destroyed first by the destructor, which fires
   /// what is still armed before the engine drains.

@@ -19,6 +19,8 @@ enum class Errc {
   cancelled,           ///< work was cancelled before it ran
   closed,              ///< a send on a closed ordo::Channel
   timed_out,           ///< a deadline passed first (ordo::with_timeout)
+  shutting_down,       ///< a push reached an engine whose destructor had begun (refused)
+  deadlock,            ///< a wait that could never end (a coroutine awaiting an op behind its own lease)
 };
 
 /// Thrown for misuse of the engine (never for an op's own exception, which is

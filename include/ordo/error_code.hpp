@@ -40,6 +40,8 @@ class ErrcCategory final : public std::error_category {
       case Errc::cancelled: return "cancelled before it ran";
       case Errc::closed: return "channel closed";
       case Errc::timed_out: return "deadline passed";
+      case Errc::shutting_down: return "engine is being destroyed";
+      case Errc::deadlock: return "wait that could never end";
     }
     return "unknown ordo error " + std::to_string(v);
   }

@@ -370,6 +370,14 @@ class [[nodiscard]] IoOp : public detail::IoOpBase {
 /// timer thread with their deadlines. Do not destroy a Reactor from inside
 /// an op or coroutine that it must wait for.
 ///
+/// Destroy a Reactor before its Engine (declare it after). If the engine
+/// goes first, the engine's destructor does the above for the reactor
+/// before it drains (the cancelled requests' callbacks and coroutines run
+/// on the engine, seeing ECANCELED); from then on the reactor never
+/// touches the engine: a request or push_read/push_write started on it
+/// throws ordo::Error{Errc::shutting_down}, engine() must not be used, and
+/// its destructor only frees its memory.
+///
 /// @par Thread safety
 /// Every member may be called from any thread, concurrently, except the
 /// destructor.
@@ -487,6 +495,12 @@ class Reactor {
   [[nodiscard]] bool resume_here() const noexcept { return engine_.on_worker_of(opts_.resume_ctx); }
   void post_callback(Pooled* p) noexcept;
   void task_done() noexcept;
+  /// The destructor's work, also done by the engine's destructor when the
+  /// engine goes first (State::engine_closing): every request cancelled and
+  /// delivered, every posted task run. Once only.
+  void close() noexcept;
+  /// Throws Errc::shutting_down once the engine was destroyed (close() ran for it).
+  void check_engine() const;
 
   Engine& engine_;
   IoOptions opts_;

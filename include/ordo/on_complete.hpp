@@ -10,6 +10,7 @@ namespace detail {
 struct OpRecord;
 struct ErrorRecord;
 class ErrorRef;
+struct EngineExtension;
 }
 
 /// Completes an async op. Call it exactly once, from any thread, when the
@@ -36,10 +37,15 @@ class OnComplete {
   OnComplete() = default;
   void operator()() const { finish(nullptr); }
   void operator()(std::exception_ptr error) const { finish(std::move(error)); }
+  /// Two copies of one op's completion (the same op, the same push).
+  friend bool operator==(const OnComplete& a, const OnComplete& b) noexcept {
+    return a.op_ == b.op_ && a.gen_ == b.gen_;
+  }
 
  private:
   friend struct detail::OpRecord;
   friend class detail::ErrorRef;
+  friend struct detail::EngineExtension;
   OnComplete(detail::OpRecord* op, std::uint64_t gen, const char* name) noexcept : op_(op), gen_(gen), name_(name) {}
   /// `kept`: if not null, receives a reference to the error stored (detail::ErrorRef::fail).
   void finish(std::exception_ptr error, detail::ErrorRecord** kept = nullptr) const;

@@ -117,6 +117,25 @@ class PromiseBase : public FrameAllocated {
 
   void set_continuation(std::coroutine_handle<> c) noexcept { continuation_ = c; }
 
+  /// The leases this task holds (a Lease awaited in it registers itself
+  /// until it completes or is moved): a co_await of an op queued behind
+  /// one of them fails with Errc::deadlock instead of waiting for ever.
+  void lease_held(const OnComplete& done) noexcept {
+    try {
+      leases_.push_back(done);
+    } catch (...) {  // out of memory: this lease goes unchecked
+    }
+  }
+  void lease_ended(const OnComplete& done) noexcept {
+    for (auto it = leases_.begin(); it != leases_.end(); ++it) {
+      if (*it == done) {
+        leases_.erase(it);
+        return;
+      }
+    }
+  }
+  [[nodiscard]] const std::vector<OnComplete>& leases() const noexcept { return leases_; }
+
  protected:
   ~PromiseBase() {
     if (!parked_.empty()) fail_parked_generic();
@@ -149,6 +168,7 @@ class PromiseBase : public FrameAllocated {
   std::coroutine_handle<> continuation_;
   std::exception_ptr error_;
   std::vector<OnComplete> parked_;
+  std::vector<OnComplete> leases_;  ///< see lease_held
 };
 
 template <class T>

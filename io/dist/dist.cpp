@@ -164,8 +164,10 @@ class DistImpl {
   }
 
   Entry& entry(const DistVar& v) {
-    if (v.empty() || v.index_ >= entries_.size() || !(entries_[v.index_].local == v.local())) {
-      throw Error(Errc::invalid_argument, "ordo::dist: a DistVar that this Dist did not register");
+    if (v.empty()) throw Error(Errc::invalid_argument, "ordo::dist: an empty (default-constructed) DistVar");
+    if (v.index_ >= entries_.size() || !(entries_[v.index_].local == v.local())) {
+      throw Error(Errc::invalid_argument, "ordo::dist: DistVar " + std::to_string(v.id()) + " (owner rank " +
+                                              std::to_string(v.owner()) + ") was not registered by this Dist");
     }
     return entries_[v.index_];
   }
@@ -198,6 +200,7 @@ class DistImpl {
   std::deque<Entry> entries_;  // a deque: ops keep pointers to entries while more are registered
   std::unique_ptr<Progress> progress_;
   PendingOps pending_{};
+  std::uint64_t pushes_ = 0;  // pushes begun on this rank (the pushing thread's): names a failed one
   std::uint64_t ops_run_ = 0, cache_hits_ = 0, transfers_ = 0;  // the pushing thread's; stats() reads them racily-safe below
   std::atomic<std::uint64_t> ops_run_pub_{0}, cache_hits_pub_{0}, transfers_pub_{0};
 
@@ -393,6 +396,7 @@ int Dist::executor(DistSpan reads, DistSpan writes, int rank) const { return imp
 Dist::Plan& Dist::begin_push(DistSpan reads, DistSpan writes, int rank) {
   detail::DistImpl& d = *impl_;
   Plan& p = plan_;
+  ++d.pushes_;
   p.exec = d.executor(reads, writes, rank);
   p.runs_here = p.exec == d.rank_;
   p.reads.clear();
@@ -450,16 +454,84 @@ void Dist::end_push(Plan& p) {
   d.transfers_pub_.store(d.transfers_, std::memory_order_relaxed);
 }
 
-void Dist::wait_for_var(DistVar v) { impl_->engine_.wait_for_var(impl_->entry(v).local); }
+void Dist::check_books() const {
+  if (impl_->progress_->failed()) std::rethrow_exception(impl_->progress_->failure());
+}
+
+void Dist::push_failed(const char* op_name) noexcept {
+  detail::DistImpl& d = *impl_;
+  if (d.progress_->failed()) return;  // the books differed already: the first failure tells
+  try {
+    std::string cause;
+    try {
+      throw;  // the exception the push threw, being handled by the caller
+    } catch (const std::exception& e) {
+      cause = e.what();
+    } catch (...) {
+      cause = "an exception not derived from std::exception";
+    }
+    const std::string text = "ordo::dist: rank " + std::to_string(d.rank_) + ": push #" + std::to_string(d.pushes_) +
+                             " (" + (op_name != nullptr ? std::string("op '") + op_name + "'" : "an unnamed op") +
+                             ") failed there (" + cause +
+                             "); the ranks' books differ from that push on, so every wait of this Dist fails";
+    d.progress_->fail(std::make_exception_ptr(RemoteError(d.rank_, text)));
+    detail::Envelope h;
+    h.status = detail::Envelope::kPushFailed;
+    h.origin = d.rank_;
+    for (int r = 0; r < d.size_; ++r) {
+      if (r != d.rank_) d.progress_->send(r, detail::envelope(h, text.data(), text.size()));
+    }
+  } catch (...) {
+    // Out of memory while telling the others: ending the job is the one way
+    // left not to let them read values that will never come.
+    std::fprintf(stderr, "ordo::dist: rank %d: push #%llu failed and the other ranks could not be told; "
+                         "ending the job with MPI_Abort\n",
+                 d.rank_, static_cast<unsigned long long>(d.pushes_));
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+void Dist::wait_for_var(DistVar v) {
+  check_books();
+  impl_->engine_.wait_for_var(impl_->entry(v).local);
+  check_books();  // the wait ended before the failure was known, or on a value no transfer replaced
+}
 
 void Dist::wait_for_all() {
+  detail::DistImpl& d = *impl_;
   std::exception_ptr error;
   try {
-    impl_->engine_.wait_for_all();
+    d.engine_.wait_for_all();
   } catch (...) {
     error = std::current_exception();
   }
-  barrier();  // even after a failure: the other ranks are waiting in theirs
+  // Instead of a plain barrier (it is one), every rank learns the lowest
+  // rank where a push failed, if any: the ranks that did not hear of it yet
+  // must not return with values that a failed push left stale.
+  int lowest = d.size_;
+  if (std::exception_ptr failure = d.progress_->failure()) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const RemoteError& e) {
+      lowest = e.rank();
+    } catch (...) {
+    }
+  }
+  d.progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+    MPI_Iallreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm, r);
+  });
+  if (lowest < d.size_) {
+    // Its report was sent before that rank entered this collective: it is
+    // on its way if it has not landed yet.
+    std::exception_ptr failure = d.progress_->wait_failure(std::chrono::seconds(1));
+    if (!failure) {
+      failure = std::make_exception_ptr(RemoteError(
+          lowest, "ordo::dist: rank " + std::to_string(lowest) + ": a push failed there (its report has not reached rank " +
+                      std::to_string(d.rank_) + ")"));
+    }
+    std::rethrow_exception(failure);
+  }
   if (error) std::rethrow_exception(error);
 }
 

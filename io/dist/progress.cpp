@@ -16,7 +16,7 @@
 namespace ordo::dist::detail {
 
 struct Progress::Command {
-  enum Kind { kSend, kWant, kDiscard, kCollective } kind = kSend;
+  enum Kind { kSend, kWant, kDiscard, kCollective, kFail } kind = kSend;
   int dest = 0;
   std::vector<std::byte> message;
   Key key;
@@ -119,6 +119,44 @@ void Progress::discard(const Key& key) {
   cv_.notify_all();
 }
 
+void Progress::fail(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    keep_failure(std::move(error));
+    Command c;
+    c.kind = Command::kFail;
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+void Progress::keep_failure(std::exception_ptr error) noexcept {
+  if (failure_ != nullptr) return;
+  failure_ = std::move(error);
+  failed_.store(true, std::memory_order_release);
+}
+
+std::exception_ptr Progress::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+std::exception_ptr Progress::wait_failure(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, limit, [&] { return failure_ != nullptr; });
+  return failure_;
+}
+
+void Progress::fail_wants() {
+  // The books differ from here on: a receive may wait for a send that no
+  // rank will make. Every one fails now, with the failure; new ones at once.
+  const std::exception_ptr error = failure();
+  std::map<Key, Wanted> wants;
+  wants.swap(wants_);
+  for (auto& [key, w] : wants) w.done(error);
+  early_.clear();
+}
+
 void Progress::collective(const std::function<void(MPI_Comm, MPI_Request*)>& start) {
   bool finished = false;
   std::unique_lock lock(mu_);
@@ -173,6 +211,10 @@ void Progress::run_command(Command& c) {
       break;
     }
     case Command::kWant: {
+      if (failed()) {
+        c.done(failure());
+        break;
+      }
       auto it = early_.find(c.key);
       if (it != early_.end()) {
         std::vector<std::byte> message = std::move(it->second);
@@ -189,6 +231,9 @@ void Progress::run_command(Command& c) {
       if (early_.erase(c.key) == 0) discarded_.insert(c.key);
       break;
     }
+    case Command::kFail:
+      fail_wants();
+      break;
     case Command::kCollective: {
       Slot s;
       s.kind = Slot::kCollective;
@@ -274,8 +319,19 @@ void Progress::arrived(int source, std::vector<std::byte> message) {
     return;
   }
   std::memcpy(&h, message.data(), sizeof h);
+  if (h.status == Envelope::kPushFailed) {
+    const auto* text = reinterpret_cast<const char*>(message.data() + sizeof h);
+    {
+      std::lock_guard lock(mu_);
+      keep_failure(std::make_exception_ptr(RemoteError(h.origin, std::string(text, message.size() - sizeof h))));
+    }
+    cv_.notify_all();
+    fail_wants();
+    return;
+  }
   const Key key{source, h.var_id, h.seq};
   if (discarded_.erase(key) != 0) return;
+  if (failed()) return;  // no receive will want it: each fails at once (fail_wants)
   auto it = wants_.find(key);
   if (it == wants_.end()) {
     counters_.early_messages.fetch_add(1, std::memory_order_relaxed);

@@ -13,6 +13,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
+#include <exception>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +45,9 @@ struct Envelope {
   std::int32_t origin = 0;     ///< the rank where the failure happened (kFailed)
   static constexpr std::int32_t kOk = 0;
   static constexpr std::int32_t kFailed = 1;
+  /// A push failed on `origin` (the payload says which and why): the ranks'
+  /// books differ from there on. Not a transfer: var_id and seq are 0.
+  static constexpr std::int32_t kPushFailed = 2;
 };
 static_assert(sizeof(Envelope) == 40);
 
@@ -89,6 +94,19 @@ class Progress {
   void want(const Key& key, Target target, OnComplete done);
   /// The receive op of `key` was skipped: drop its message.
   void discard(const Key& key);
+  /// A push failed (here, or on the rank a kPushFailed envelope came from):
+  /// from now on every receive this rank waits for, or starts to, completes
+  /// with `error` (a RemoteError naming the rank and the push), so no wait
+  /// blocks on a transfer that the diverged books will never make. The first
+  /// failure is kept; later ones change nothing.
+  void fail(std::exception_ptr error);
+  /// The failure fail() recorded (here or received), or null.
+  [[nodiscard]] std::exception_ptr failure() const;
+  /// One relaxed load: whether failure() may be non-null (for the push path).
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  /// Waits up to `limit` for failure() to be non-null (a kPushFailed
+  /// envelope on its way); returns it, or null.
+  std::exception_ptr wait_failure(std::chrono::milliseconds limit);
   /// Runs `start` (which posts one nonblocking collective on the comm) on
   /// the progress thread and blocks until its request completes.
   void collective(const std::function<void(MPI_Comm, MPI_Request*)>& start);
@@ -107,6 +125,10 @@ class Progress {
  private:
   struct Command;
   struct Slot;
+  /// Keeps `error` as the failure unless one is kept already (mu_ held).
+  void keep_failure(std::exception_ptr error) noexcept;
+  /// Fails every pending want with the kept failure (progress thread).
+  void fail_wants();
   void loop();
   void run_command(Command& c);
   void post_receives();
@@ -131,12 +153,16 @@ class Progress {
 
   // Commands from other threads. Guarded by mu_; cv_ wakes the thread (and
   // the waiters of collective and shutdown, whose flags it also guards).
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Command> commands_;  // guarded by mu_
   bool shutdown_requested_ = false;  // guarded by mu_
   bool finished_ = false;            // guarded by mu_: the thread has left its loop
   bool abandon_ = false;             // guarded by mu_: leave now, drained or not (the destructor)
+  /// The first failed push anywhere (fail()), guarded by mu_ (cv_ tells
+  /// wait_failure); failed_ is set (release) once it is, for a lock-free test.
+  std::exception_ptr failure_;
+  std::atomic<bool> failed_{false};
 
   // The progress thread's own state (nobody else touches it).
   std::vector<MPI_Request> requests_;

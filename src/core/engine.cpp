@@ -45,13 +45,36 @@ void retain_operator(detail::EngineCore* core, detail::OperatorRecord* rec, std:
 }
 }  // namespace
 
-Engine::Engine(Options options) : core_(std::make_unique<detail::EngineCore>(std::move(options))) {}
+/// The layers to tell when the destructor begins (EngineExtension::watch).
+struct detail::EngineWatchers {
+  std::mutex mutex;  ///< guards `list` and `closed`
+  std::vector<EngineWatcher*> list;
+  bool closed = false;  ///< the destructor has taken the list: watch() refuses, unwatch() finds nothing
+};
+
+Engine::Engine(Options options)
+    : core_(std::make_unique<detail::EngineCore>(std::move(options))),
+      watchers_(std::make_unique<detail::EngineWatchers>()) {}
 
 Engine::~Engine() {
-  // Timers first: whatever is still armed fires now, and what that posts is
+  // Layers with threads of their own first (an io Reactor): they stop using
+  // the engine while it still runs what their shutdown hands it.
+  // Told without the lock: what a watcher's shutdown runs (a cancelled
+  // request's callback) may make another watcher, which is then refused.
+  std::vector<detail::EngineWatcher*> told;
+  {
+    const std::lock_guard lock(watchers_->mutex);
+    watchers_->closed = true;
+    told.swap(watchers_->list);
+  }
+  for (auto w = told.rbegin(); w != told.rend(); ++w) (*w)->engine_closing();
+  // Timers next: whatever is still armed fires now, and what that posts is
   // drained below with the rest.
   delete timers_.exchange(nullptr, std::memory_order_acq_rel);
   if (!core_) return;
+  // From here on only the engine's own ops may push (check_open): a push
+  // from another thread would race the drain's end and be lost.
+  closing_.store(true, std::memory_order_seq_cst);
   const bool drained = core_->shutdown();
   if (const std::string& path = core_->options().profile.trace_path;
       core_->profiler() != nullptr && !path.empty()) {
@@ -70,8 +93,21 @@ void Engine::delete_variable(Var var) {
   delete_variable([] {}, Context::cpu(), var);
 }
 
+// Once the destructor has begun: pushes made by the ops it drains (on its
+// workers, or inside one of its ops) belong to the drain; others are refused.
+void Engine::refuse_if_foreign(const char* op_name) const {
+  const detail::ThreadState& ts = detail::t_state;
+  const detail::EngineCore* core = core_.get();
+  if (ts.engine == core || (ts.running != nullptr && ts.running->engine == core)) return;  // part of the drain
+  throw Error(Errc::shutting_down,
+              (op_name != nullptr ? std::string("push of op '") + op_name + "'" : std::string("a push")) +
+                  " from a thread that runs none of the engine's ops: refused, the engine is being destroyed "
+                  "(its destructor drains the ops already pushed and takes no new ones from other threads)");
+}
+
 void Engine::submit(detail::OpGuard& guard, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                     std::uint8_t traits) {
+  check_open(attrs.name);
   detail::OpRecord* op = guard.get();
   op->kind = detail::OpKind::fn;
   op->traits = traits;
@@ -89,6 +125,7 @@ void Engine::submit_normalized(detail::OpGuard& guard, Context ctx, const detail
 }
 
 void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
+  check_open("delete_variable");
   if (capturing(this)) detail::GraphRecorder::refuse("delete_variable");
   detail::AccessSpec spec{core_->checked_record(var), detail::VarRecord::gen_of(var), true};
   detail::OpRecord* op = guard.get();
@@ -98,6 +135,7 @@ void Engine::submit_delete(detail::OpGuard& guard, Context ctx, Var var) {
 }
 
 void Engine::submit_post(detail::OpGuard& guard, Context ctx, const OpAttrs& attrs) {
+  check_open(attrs.name);
   if (attrs.prop == FnProperty::delete_var) {
     throw Error(Errc::invalid_argument, "FnProperty::delete_var is reserved for delete_variable");
   }
@@ -156,6 +194,7 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   detail::OperatorRecord* rec = handle.rec_;
   if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
   if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
+  check_open(rec->attrs.name);
   if (capturing(this)) [[unlikely]] {
     detail::t_recorder->record_operator(rec, handle.gen_, ctx, priority);
     return;
@@ -235,6 +274,25 @@ detail::TimerService& detail::EngineExtension::timers(Engine& engine) {
 
 void detail::EngineExtension::retain_operator(Engine& engine, OperatorRecord* rec, std::uint64_t gen) {
   ordo::retain_operator(engine.core_.get(), rec, gen);
+}
+
+void detail::EngineExtension::watch(Engine& engine, EngineWatcher* w) {
+  const std::lock_guard lock(engine.watchers_->mutex);
+  if (engine.watchers_->closed) {
+    throw Error(Errc::shutting_down, "a layer (an ordo::io::Reactor) was made for an engine being destroyed");
+  }
+  engine.watchers_->list.push_back(w);
+}
+bool detail::EngineExtension::unwatch(Engine& engine, EngineWatcher* w) noexcept {
+  const std::lock_guard lock(engine.watchers_->mutex);
+  auto& list = engine.watchers_->list;
+  for (auto it = list.begin(); it != list.end(); ++it) {
+    if (*it == w) {
+      list.erase(it);
+      return true;
+    }
+  }
+  return false;
 }
 
 bool detail::EngineExtension::attach_idle_task(Engine& engine, IdleTask* task) noexcept {
@@ -327,6 +385,7 @@ void HeldOp::release(std::exception_ptr error) const { op_->engine->release_held
 // Engine's side of the direct path (the core's parts inline from grants.hpp).
 detail::Direct Engine::begin_direct(detail::DirectRun& run, Context ctx, VarSpan reads, VarSpan writes,
                                     const OpAttrs& attrs) {
+  check_open(attrs.name);
   detail::EngineCore* core = core_.get();
   if (!core->direct_allowed(ctx, attrs, reads.size() + writes.size())) return detail::Direct::declined;
   std::size_t n = detail::EngineCore::gather(reads, writes, run.local, core);
@@ -360,6 +419,7 @@ void Engine::end_direct(detail::DirectRun& run) noexcept { core_->end_direct(run
 
 detail::OpRecord* Engine::grant_lease_now(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                                           std::uint8_t traits, int& worker) {
+  check_open(attrs.name);
   detail::EngineCore* core = core_.get();
   if (!core->lease_direct_allowed(ctx, attrs, traits, reads.size() + writes.size())) return nullptr;
   detail::AccessSpec specs[detail::DirectRun::kMaxAccess];

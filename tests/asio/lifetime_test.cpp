@@ -170,4 +170,71 @@ TEST(AsioLifetime, IoContextDeclaredFirstRunsEveryHandlerSilently) {
   EXPECT_EQ(called.load(), 10);
 }
 
+// The engine destroyed while an io_context thread still serves requests
+// that push to it (issue 43). A request in flight when the destructor
+// begins is answered as usual (the drain runs it); a request the io thread
+// pushes after that is refused, and its coroutine gets Errc::shutting_down
+// from the co_await, once, instead of an answer that never comes. Before the
+// fix the late push was accepted and lost once the drain had ended.
+TEST(AsioLifetime, EngineDestroyedWhileAnIoThreadPushesAnswersEveryRequest) {
+  auto* engine = new ordo::Engine(test_options(2));
+  const ordo::Var held = engine->new_variable(), v = engine->new_variable(), probe = engine->new_variable();
+  Gate hold_drain, release_first;
+  std::latch first_running(1);        // the request in flight is running: pushed before the destructor
+  std::promise<std::string> outcome;  // "ok;<refusal>" from the serving coroutine
+  std::atomic<int> answers{0};
+  IoThread io;
+  // Holds the drain until the late request has its answer.
+  engine->push_sync([&] { hold_drain.wait(); }, ordo::Context::cpu(), {}, {held}, {.name = "holds the drain"});
+  asio::co_spawn(
+      io.io(),
+      [&]() -> asio::awaitable<void> {
+        std::string got;
+        try {
+          const int first = co_await ordo::asio::push(*engine, ordo::reads(), ordo::writes(v),
+                                                      [&] {
+                                                        first_running.count_down();
+                                                        release_first.wait();
+                                                        return 1;
+                                                      },
+                                                      ordo::Context::cpu(), {.name = "in flight"}, asio::use_awaitable);
+          ++answers;
+          got = "ok " + std::to_string(first) + ";";
+          (void)co_await ordo::asio::push(*engine, ordo::reads(v), ordo::writes(), [] { return 2; },
+                                          ordo::Context::cpu(), {.name = "late request"}, asio::use_awaitable);
+          got += "late request answered normally";
+        } catch (const ordo::Error& e) {
+          ++answers;
+          got += e.code() == ordo::Errc::shutting_down ? std::string(e.what()) : "wrong code: " + std::string(e.what());
+        }
+        outcome.set_value(got);
+      },
+      asio::detached);
+
+  first_running.wait();
+  std::thread destroyer([engine] { delete engine; });
+  // Once a push from this thread is refused, the destructor is draining.
+  bool refused = false;
+  for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !refused && std::chrono::steady_clock::now() < end;) {
+    try {
+      engine->push_sync([] {}, ordo::Context::cpu(), {}, {probe});
+      std::this_thread::yield();
+    } catch (const ordo::Error&) {
+      refused = true;
+    }
+  }
+  ASSERT_TRUE(refused) << "no push was refused while the destructor ran";
+  release_first.open();
+  auto got = outcome.get_future();
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "a request was never answered";
+  const std::string text = got.get();
+  EXPECT_EQ(text.rfind("ok 1;", 0), 0U) << text;
+  EXPECT_NE(text.find("op 'late request'"), std::string::npos) << text;
+  EXPECT_NE(text.find("being destroyed"), std::string::npos) << text;
+  hold_drain.open();
+  destroyer.join();
+  EXPECT_EQ(answers.load(), 2);
+}
+
 }  // namespace

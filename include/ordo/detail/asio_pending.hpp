@@ -116,7 +116,7 @@ class PendingRegistry {
     append_name(n, name);
     std::fprintf(stderr,
                  "ordo::asio: the handler of %s was attached to an execution context (io_context) that is being "
-                 "destroyed: it is destroyed without being called; the op still runs\n",
+                 "destroyed: it is destroyed without being called; the op itself is not cancelled by this\n",
                  n.c_str());
   }
 
@@ -142,8 +142,9 @@ class PendingRegistry {
     std::fprintf(stderr,
                  "ordo::asio: an execution context (io_context) was destroyed while %zu ordo::asio operation%s had %s "
                  "pending on it (%s%s): %s destroyed without being called, as Asio does with the handlers of its own "
-                 "pending operations; the ops still run. To have handlers run, destroy the io_context only after "
-                 "the ops complete (declare it before the engine, whose destructor drains them)\n",
+                 "pending operations; the ops themselves are not cancelled by this. To have handlers run, destroy "
+                 "the io_context only after the ops complete (declare it before the engine, whose destructor "
+                 "drains them)\n",
                  count, one ? "" : "s", one ? "a handler" : "handlers", names.c_str(), count > kNamesShown ? ", ..." : "",
                  one ? "it is" : "they are");
   }

@@ -11,12 +11,14 @@
 #include <new>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "ordo/context.hpp"
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/detail/error_ref.hpp"
+#include "ordo/detail/op_record.hpp"
 #include "ordo/error.hpp"
 #include "ordo/on_complete.hpp"
 
@@ -74,6 +76,9 @@ struct OpState {
   ErrorRef error_ref;
   RunContext rc{};
   OnComplete done{};  ///< access form: completes the op
+  /// The op as pushed (set by the push, before the awaitable exists): what
+  /// a co_await looks for behind the leases its coroutine holds.
+  PushedOp pushed{};
   bool cancellable = false;  ///< set before the push; read by the body
   std::atomic<bool> settled{false};  ///< cancellable only: the outcome's winner is decided
   /// resume_on: how to hand the waiting coroutine to an executor (null: resume inline).
@@ -252,7 +257,8 @@ struct FnBody {
 /// race between the grant (op body, any thread) and the co_await.
 class OpAwaitBase {
  public:
-  OpAwaitBase(OpAwaitBase&& o) noexcept : st_(std::exchange(o.st_, nullptr)), consumed_(o.consumed_) {}
+  OpAwaitBase(OpAwaitBase&& o) noexcept
+      : st_(std::exchange(o.st_, nullptr)), consumed_(o.consumed_), blocked_on_(o.blocked_on_) {}
   OpAwaitBase& operator=(OpAwaitBase&&) = delete;
 
  protected:
@@ -260,7 +266,7 @@ class OpAwaitBase {
   ~OpAwaitBase() = default;
 
   bool ready() const noexcept {
-    if (st_ == nullptr || consumed_) return true;
+    if (st_ == nullptr || consumed_ || blocked_on_ >= 0) return true;
     // resume_on: always suspend, so that the coroutine continues on the executor.
     return st_->post == nullptr && st_->word.load(std::memory_order_acquire) == kOpReady;
   }
@@ -286,6 +292,7 @@ class OpAwaitBase {
   OpState& consume() {
     if (st_ == nullptr) throw Error(Errc::invalid_argument, "co_await on a moved-from ordo::push awaitable");
     if (consumed_) throw Error(Errc::invalid_argument, "an ordo::push awaitable was awaited twice");
+    if (blocked_on_ >= 0) throw_blocked();  // not consumed: the op, once granted, completes by itself
     consumed_ = true;
     st_->on_stop.reset();  // the outcome is known: a later stop has no effect
     if (st_->error) {
@@ -309,8 +316,21 @@ class OpAwaitBase {
     if (st_ != nullptr) std::exchange(st_, nullptr)->unref();
   }
 
+  [[noreturn]] void throw_blocked() const {
+    throw Error(Errc::deadlock,
+                "co_await of " + (st_->name != nullptr ? std::string("op '") + st_->name + "'" : std::string("an op")) +
+                    " would wait for ever: it queues on var " + std::to_string(blocked_on_) +
+                    " behind a lease this coroutine holds; release the lease before awaiting an op that conflicts "
+                    "with it (the op stays pushed and runs once the lease is released)");
+  }
+
   OpState* st_;
   bool consumed_ = false;
+  /// Set where the awaiting ordo::Task binds itself (ordo_bind_owner): the
+  /// id of a variable on which the op queues behind a lease that task
+  /// holds, so the await fails (Errc::deadlock) instead of waiting for
+  /// ever; -1 if none.
+  std::int64_t blocked_on_ = -1;
 };
 
 }  // namespace detail

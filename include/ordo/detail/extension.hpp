@@ -15,6 +15,23 @@
 
 namespace ordo::detail {
 
+/// A layer object that uses an engine from threads of its own (ordo::io's
+/// Reactor: its reaper completes ops and posts to the engine, it serves the
+/// engine's timers and idle workers). Registered with EngineExtension::watch,
+/// it is told when the engine's destructor begins, before the drain, so that
+/// it can stop using the engine while the engine still runs what it hands
+/// over; it must not touch the engine after engine_closing() returned.
+class EngineWatcher {
+ public:
+  /// Called once, on the thread destroying the engine, before the engine
+  /// drains; the watcher was unregistered just before. Must return only once
+  /// the watcher's threads no longer call into the engine.
+  virtual void engine_closing() noexcept = 0;
+
+ protected:
+  ~EngineWatcher() = default;
+};
+
 /// A layer describes what its ops are (OpTraits), never who it is: the core
 /// names none of its clients. The Engine befriends this struct.
 struct EngineExtension {
@@ -22,9 +39,10 @@ struct EngineExtension {
   /// `traits` (OpTraits bits) on top of what attrs says. ordo::io's
   /// launchers: kRunsOnPusher | kNoUserCode; a coroutine lease's grant:
   /// kRunsOnPusher; the gpu layer's stream ops: kFenceExempt.
+  /// `pushed`, if given, receives the op (for queued_behind).
   template <class F>
   static void push(Engine& engine, F&& fn, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
-                   std::uint8_t traits) {
+                   std::uint8_t traits, PushedOp* pushed = nullptr) {
     static_assert(is_sync_fn_v<std::decay_t<F>> || is_async_fn_v<std::decay_t<F>>,
                   "an op body is void(RunContext), void() or void(RunContext, OnComplete)");
     if (GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == &engine) [[unlikely]] {
@@ -33,6 +51,8 @@ struct EngineExtension {
     OpRecord* op = op_alloc();
     OpGuard guard(op);
     op->fn.emplace(std::forward<F>(fn));
+    // Read while the record is still ours: its completion changes it.
+    if (pushed != nullptr) *pushed = PushedOp{op, op->gen.load(std::memory_order_relaxed)};
     engine.submit(guard, ctx, reads, writes, attrs, traits);
   }
 
@@ -112,6 +132,23 @@ struct EngineExtension {
   /// (remove_stats_source returns once no call to it is running).
   static void add_stats_source(Engine& engine, const StatsSource* source);
   static void remove_stats_source(Engine& engine, const StatsSource* source) noexcept;
+
+  /// Tells `w` when `engine`'s destructor begins (EngineWatcher). Throws
+  /// std::bad_alloc; ordo::Error{Errc::shutting_down} once the destructor
+  /// has begun.
+  static void watch(Engine& engine, EngineWatcher* w);
+  /// Undoes watch() (a watcher destroyed before its engine): true if `w` was
+  /// still registered; false once the engine's destructor has taken it (it
+  /// is told, or was: the engine is gone for `w`). A watcher destroyed
+  /// while its engine's destructor runs is the program's race.
+  static bool unwatch(Engine& engine, EngineWatcher* w) noexcept;
+
+  /// The id of a variable on which `awaited` waits, queued behind the
+  /// access `lease` holds on it; -1 if there is none. `lease` must be held
+  /// (granted, not completed) by the caller, which is how a coroutine learns
+  /// that an op it would await queues behind its own lease: it would wait
+  /// for ever (src/core/lease_probe.cpp).
+  [[nodiscard]] static std::int64_t queued_behind(const OnComplete& lease, const PushedOp& awaited) noexcept;
 };
 
 }  // namespace ordo::detail

@@ -175,6 +175,14 @@ struct alignas(64) OpRecord {
 
 static_assert(sizeof(OpRecord) == 256, "OpRecord's layout: see its comment (checked in src/core/op_pool.cpp)");
 
+/// An op as its push left it (detail::EngineExtension::push): the record and
+/// the generation its completion ends, so that a later look at the record
+/// recognises the op only while it has not completed.
+struct PushedOp {
+  OpRecord* op = nullptr;
+  std::uint64_t gen = 0;
+};
+
 /// Thread-caching allocator of op records (process-wide slabs, never freed).
 OpRecord* op_alloc();
 /// Frees the record and its access nodes (whose size class follows n_access).
