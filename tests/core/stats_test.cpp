@@ -114,20 +114,27 @@ TEST_P(StatsCounts, EveryOpCountedOnceWhenIdle) {
 TEST_P(StatsCounts, FailuresCountedExactly) {
   Engine engine(GetParam().options);
   const OpAttrs attrs{.name = "failing", .inline_ok = GetParam().inline_ok};
+  std::vector<Var> vars;
   for (int i = 0; i < 10; ++i) {
-    const Var v = engine.new_variable();
+    vars.push_back(engine.new_variable());
     engine.push_sync([i] {
       if (i % 3 == 0) throw std::runtime_error("failing op");
-    }, Context::cpu(), {}, {v}, attrs);
+    }, Context::cpu(), {}, {vars.back()}, attrs);
   }
-  try {
-    engine.wait_for_all();
-  } catch (const std::exception&) {
+  int observed = 0;
+  for (const Var& v : vars) {
+    try {
+      engine.wait_for_var(v);  // each failure observed once (none reported as unobserved)
+    } catch (const std::runtime_error&) {
+      ++observed;
+    }
   }
+  engine.wait_for_all();
+  EXPECT_EQ(observed, 4);
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.ops_failed, 4U);
-  EXPECT_EQ(s.ops_completed, 10U);
-  EXPECT_EQ(s.ops_pushed, 10U);
+  EXPECT_EQ(s.ops_completed, 20U);  // ten ops, ten waits
+  EXPECT_EQ(s.ops_pushed, 20U);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StatsCounts, ::testing::ValuesIn(all_engine_configs()), config_name);
