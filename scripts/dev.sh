@@ -22,8 +22,9 @@ cd "$root"
 # Open MPI: ordo::dist and its tests (run under mpirun, 2 and 4 ranks).
 # redis-tools: redis-cli and redis-benchmark drive kv_server --resp in the tests (label resp);
 # redis-server: the differential test sends the same commands to it and to kv_server.
+# python3: scripts/merge_traces.py (ordo::dist's per-rank traces joined; DistTrace runs it).
 packages=(g++ clang cmake ninja-build pkg-config libgtest-dev libgmock-dev liburing-dev libasio-dev nlohmann-json3-dev
-          libopenmpi-dev openmpi-bin redis-tools redis-server)
+          libopenmpi-dev openmpi-bin redis-tools redis-server python3)
 # Only `bench` and `bench-io` install these: the peers they compare ordo with
 # (bench/peers/: OpenMP with clang (above) + LLVM's libomp, oneTBB, StarPU;
 # fio for bench/io/) and valgrind for the instruction counts. Builds and
