@@ -194,7 +194,9 @@ void Engine::push_operator(Operator handle, Context ctx, const int* priority) {
   detail::OperatorRecord* rec = handle.rec_;
   if (rec == nullptr) throw Error(Errc::deleted_operator, "push of an empty Operator handle");
   if (rec->engine != core_.get()) throw Error(Errc::deleted_operator, "push of an operator of another engine");
-  check_open(rec->attrs.name);
+  // The name only once refused: a stale handle's record may be rewritten
+  // meanwhile (init_operator), so the usual push reads nothing of it here.
+  if (closing_.load(std::memory_order_relaxed)) [[unlikely]] refuse_if_foreign(rec->attrs.name);
   if (capturing(this)) [[unlikely]] {
     detail::t_recorder->record_operator(rec, handle.gen_, ctx, priority);
     return;
