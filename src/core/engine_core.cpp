@@ -355,7 +355,7 @@ void EngineCore::enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, co
     throw Error(Errc::invalid_argument,
                 "push of " + op_label(attrs.name) + ": bad device id " + std::to_string(ctx.device_id));
   }
-  if (n > 0xFFFF) throw Error(Errc::invalid_argument, "push of " + op_label(attrs.name) + ": too many variables");
+  if (n > kMaxAccess) throw Error(Errc::invalid_argument, "push of " + op_label(attrs.name) + ": too many variables");
   const bool is_delete = attrs.prop == FnProperty::delete_var;
   if constexpr (kGathered) {
     if (prof_ != nullptr && n > 1) [[unlikely]] n = sort_merge(specs, n);  // the profiler records the merged list
@@ -839,13 +839,16 @@ void EngineCore::complete(OpRecord* op, ErrorRecord* own_error) noexcept {
   // for that time: a layer may take its own, detail::ErrorRef::skipping).
   const bool skipped = own_error == nullptr && outcome != nullptr;
   ErrorRecord* const skip_error = skipped ? retain(outcome) : nullptr;
-  release(own_error);
   // Every grant (the only other writer) happened before the dispatch: a load
   // and a store, not a locked exchange.
   if (inherited != nullptr) {
     op->error.store(nullptr, std::memory_order_relaxed);
     release(inherited);
   }
+  // Its body's destructor takes it (with the reference), now or, for an
+  // async body still on its executor's stack, when that one frees the record.
+  if ((op->traits & kOutcomeToBody) != 0) [[unlikely]] op->error.store(retain(own_error), std::memory_order_relaxed);
+  release(own_error);
   std::uint8_t running = 1;
   // acquire: a 0 here is the executor's exchange (it is off the record);
   // this side then frees the record, and its reuse must come after that
@@ -938,6 +941,60 @@ void EngineCore::flush_finished() noexcept {
   ts.finished = 0;
   subtract_finished(n);
 }
+
+// ---------------------------------------------------------------------------
+// A replay's recorded ops
+
+std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n,
+                                       const OpAttrs& attrs, std::size_t ops) {
+  const std::size_t locked = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
+  if (locked != n) return locked;
+  ReadyList ready;  // stays empty: a grant at push makes nothing ready
+  std::size_t count = 0;
+  for (std::size_t base = 0; base < n; base += kMaxAccess, ++count) {
+    OpRecord* holder = holders[count];
+    const std::size_t m = std::min(kMaxAccess, n - base);
+    prepare(holder, Context::cpu(), m, attrs);
+    holder->counted = true;
+    const auto* hooks = static_cast<const HolderHooks*>(holder->aux);
+    for (std::size_t i = 0; i < m; ++i) {
+      VarRecord* v = specs[base + i].var;
+      AccessNode* a = link_access(holder, i, specs[base + i]);
+      if (v->free_for(a->write())) {
+        v->grant(a->write(), holder);
+        hooks->granted(hooks, i, v, ready, true);
+      } else if (v->tail != nullptr) {
+        v->tail->next = a;
+        v->tail = a;
+      } else {
+        v->head = v->tail = a;
+      }
+    }
+  }
+  // Before the unlock: a completion may grant a holder's access (and make
+  // ops ready) as soon as it can lock the variable.
+  in_flight_.fetch_add(static_cast<std::int64_t>(count + ops), std::memory_order_relaxed);
+  unlock_vars(specs, n);
+  return n;
+}
+
+void EngineCore::release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outcome, std::uint64_t writes) noexcept {
+  const AccessNode& a = holder->access[i];
+  VarRecord* v = a.var();
+  ReadyList ready;
+  v->lock.lock();
+  if (a.write()) v->version += writes - 1;  // the release counts one
+  v->release_access(a.write(), outcome);
+  grant_waiting<false>(v, ready, holder);
+  v->lock.unlock();
+  dispatch_ready(ready);
+}
+
+void EngineCore::end_holder(OpRecord* holder) noexcept {
+  access_shrink(holder, 0);  // every access released already: complete() has none left to release
+  complete(holder, nullptr);
+}
+
 
 // ---------------------------------------------------------------------------
 // Waiting

@@ -85,6 +85,13 @@ struct OpShape {
   bool skipped = false;  ///< carries an error and does not always run: bookkeeping only
 };
 
+/// What a holder (OpTraits::kHolder) does when its access i is granted,
+/// under the variable's lock: inside the holders' push (`at_push`), or
+/// later, by a completion, when ops it makes ready go to `ready`.
+struct HolderHooks {
+  void (*granted)(const HolderHooks* self, std::size_t i, VarRecord* v, ReadyList& ready, bool at_push);
+};
+
 class EngineCore final : public PoolHost {
  public:
   explicit EngineCore(Options options);
@@ -192,6 +199,25 @@ class EngineCore final : public PoolHost {
   void complete(OpRecord* op, ErrorRecord* own_error) noexcept;
   ErrorRecord* make_error(std::exception_ptr e, const char* op_name);
   void report_late_error(std::exception_ptr e, const char* op_name);
+
+  // A replay's recorded ops (src/graph/replay.cpp): they wait in the
+  // replay, not in variable queues; one op per variable holds it for them.
+  /// Pushes holders (OpTraits::kHolder, each with its HolderHooks in
+  /// `aux`) with the accesses `specs` (sorted by variable, each once), at
+  /// most kMaxAccess each, in order: one atomic step, which also counts
+  /// `ops` more in flight (the ops the holders stand for). Each access
+  /// granted, now or later, calls its holder's hook. Returns n, or the
+  /// index of a deleted variable (nothing was pushed or counted).
+  std::size_t submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs,
+                             std::size_t ops);
+  static constexpr std::size_t kMaxAccess = 0xFFFF;  ///< an op's variables (OpRecord::n_access)
+  /// Releases the holder's access i (granted) as a completion would, with
+  /// `outcome` left on a written variable, and `writes` completed writes
+  /// counted on it. Once all are released, the holder is completed by
+  /// end_holder (its layer knows when).
+  void release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outcome, std::uint64_t writes) noexcept;
+  void end_holder(OpRecord* holder) noexcept;
+  [[nodiscard]] bool live_error(const ErrorRecord* e) const noexcept { return live(e); }
 
   // Waiting.
   void wait_for_var(Var var);

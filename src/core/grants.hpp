@@ -194,6 +194,11 @@ void EngineCore::grant_waiting(VarRecord* v, ReadyList& ready, [[maybe_unused]] 
     v->head = a->next;
     if (v->head == nullptr) v->tail = nullptr;
     OpRecord* op = a->op;
+    if ((op->traits & kHolder) != 0) [[unlikely]] {
+      const auto* hooks = static_cast<const HolderHooks*>(op->aux);
+      hooks->granted(hooks, static_cast<std::size_t>(a - op->access), v, ready, false);
+      return;
+    }
     if (live(v->error)) inherit(op, v->error);
     // acq_rel: the thread that reaches zero sees every other grant's writes.
     if constexpr (Profiled) {

@@ -1,5 +1,7 @@
 // src/graph/capture.cpp - Engine::capture's recorder: the pushes made in the
 // scope become graph nodes, their dependencies resolved once at the end.
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -93,21 +95,40 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   struct Last {
     std::int64_t writer = -1;
     std::vector<std::uint32_t> readers;
+    std::uint32_t index = 0;  ///< in data_->vars
   };
   std::unordered_map<const VarRecord*, Last> last;
   auto& nodes = data_->nodes;
+  data_->var_index.resize(nodes.size());
+  data_->waits.assign(nodes.size(), 0);
   auto edge = [&](std::int64_t from, std::uint32_t to) {
     std::vector<std::uint32_t>& succ = nodes[static_cast<std::size_t>(from)]->succ;
     if (!succ.empty() && succ.back() == to) return;  // already an edge through another variable
     succ.push_back(to);
     ++nodes[to]->preds;
+    ++data_->waits[to];
     ++data_->edges;
   };
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
     for (const AccessSpec& a : nodes[i]->access) {
       const auto [it, first] = last.try_emplace(a.var);
-      if (first) data_->vars.push_back({a, i});
       Last& l = it->second;
+      if (first) {
+        l.index = static_cast<std::uint32_t>(data_->vars.size());
+        data_->vars.push_back({a, i, 0, 0, {}});
+      }
+      GraphData::VarUse& use = data_->vars[l.index];
+      data_->var_index[i].push_back(l.index);
+      if (a.write) {
+        use.spec.write = true;
+        ++use.writes;
+      }
+      // An entry: no recorded op before it on this variable that it must
+      // follow (nothing yet, or only reads before a read).
+      if (l.writer < 0 && (!a.write || l.readers.empty())) {
+        use.entry_ops.push_back(i);
+        ++data_->waits[i];
+      }
       if (l.writer >= 0) edge(l.writer, i);
       if (a.write) {
         for (std::uint32_t r : l.readers) edge(r, i);
@@ -117,6 +138,43 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
         l.readers.push_back(i);
       }
     }
+  }
+  // The last recorded ops on each variable: the reads after its last
+  // write, or that write (every other access comes before them).
+  data_->exits.resize(nodes.size());
+  for (auto& [var, l] : last) {
+    GraphData::VarUse& use = data_->vars[l.index];
+    if (!l.readers.empty()) {
+      for (const std::uint32_t r : l.readers) data_->exits[r].push_back(l.index);
+      use.exit_ops = static_cast<std::uint32_t>(l.readers.size());
+    } else {
+      data_->exits[static_cast<std::size_t>(l.writer)].push_back(l.index);
+      use.exit_ops = 1;
+    }
+  }
+  for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    if (data_->waits[i] == 0) data_->free_ops.push_back(i);
+    if (nodes[i]->succ.empty()) ++data_->sinks;
+  }
+  // The variables in address order, the order a replay locks them in.
+  std::vector<std::uint32_t> order(data_->vars.size());
+  for (std::uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return std::less<>{}(data_->vars[a].spec.var, data_->vars[b].spec.var);
+  });
+  std::vector<std::uint32_t> moved_to(order.size());
+  std::vector<GraphData::VarUse> sorted;
+  sorted.reserve(order.size());
+  for (std::uint32_t k = 0; k < order.size(); ++k) {
+    moved_to[order[k]] = k;
+    sorted.push_back(std::move(data_->vars[order[k]]));
+  }
+  data_->vars = std::move(sorted);
+  for (std::vector<std::uint32_t>& list : data_->var_index) {
+    for (std::uint32_t& k : list) k = moved_to[k];
+  }
+  for (std::vector<std::uint32_t>& list : data_->exits) {
+    for (std::uint32_t& k : list) k = moved_to[k];
   }
   pending_.reset();
   return std::move(data_);

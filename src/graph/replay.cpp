@@ -1,15 +1,23 @@
-// src/graph/replay.cpp - Engine::replay and ordo::replay: the recorded ops
-// pushed again in their recorded order, their accesses normalised once at
-// capture, their bodies the graph's own (nothing copied per op), wrapped to
-// hand each body the replay's argument and to count the replay's ops down.
+// src/graph/replay.cpp - Engine::replay and ordo::replay. One op per
+// variable of the graph, pushed as one atomic step, holds the variable for
+// the replay; the recorded ops wait in the replay (a counter per op,
+// decremented once per edge) and pass errors on through the replay's own
+// copy of each variable's error, never through a variable's queue. With the
+// profiler on (which draws each op's variable edges), the recorded ops are
+// pushed again instead, one by one. Bodies are the graph's own, wrapped to
+// hand each the replay's argument and to count the replay's ops down.
 #include <any>
 #include <atomic>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/engine_core.hpp"
+#include "core/grants.hpp"
 #include "graph_data.hpp"
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/detail/error_ref.hpp"
@@ -38,6 +46,16 @@ constexpr std::uintptr_t kReady = 1;      ///< every op finished
 constexpr std::uintptr_t kAbandoned = 2;  ///< the awaitable is gone
 }  // namespace
 
+struct ReplayState;
+
+/// A holder of a replay: its record, and where its accesses start in
+/// GraphData::vars (a holder has at most EngineCore::kMaxAccess).
+struct HoldChunk : HolderHooks {
+  ReplayState* s = nullptr;
+  std::size_t base = 0;
+  OpRecord* op = nullptr;
+};
+
 /// One replay: the graph it keeps alive, its argument, and its ops counted down.
 struct ReplayState {
   std::shared_ptr<const GraphData> graph;
@@ -59,6 +77,29 @@ struct ReplayState {
   /// start_replay_notify's callback, called once by the finisher (else empty).
   std::function<void(ErrorRef)> notify;
 
+  // The replay without pushes (push_held): the holders of the graph's
+  // variables, what each recorded op still waits for, and each variable as
+  // the replay sees it.
+  std::vector<HoldChunk> holders;
+  EngineCore* core = nullptr;
+  std::unique_ptr<std::atomic<std::int32_t>[]> waits;
+  struct Held {
+    /// Its last recorded ops (GraphData::exits) not finished yet; the last
+    /// one ends the hold.
+    std::atomic<std::int32_t> left{0};
+    /// The error its next access sees (a reference): the one it carried
+    /// when the hold began, then each recorded write's outcome. Ordered by
+    /// the graph's edges (a write follows every access before it).
+    ErrorRecord* error = nullptr;
+    bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
+  };
+  std::unique_ptr<Held[]> held;
+
+  ~ReplayState() {
+    if (held == nullptr) return;
+    for (std::size_t k = 0; k < graph->vars.size(); ++k) release(held[k].error);
+  }
+
   void unref() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
@@ -70,6 +111,9 @@ struct ReplayState {
   /// One body gone (or, n > 1, bodies never made).
   void done(std::size_t n = 1) noexcept {
     if (pending.fetch_sub(n, std::memory_order_acq_rel) != n) return;
+    // Every recorded op has finished, so every hold has ended: the holders
+    // complete (before a waiter hears of the replay's end).
+    for (HoldChunk& h : holders) core->end_holder(h.op);
     if (notify) {
       ErrorRef e;
       {
@@ -87,20 +131,27 @@ struct ReplayState {
 
 namespace {
 
-/// What the engine runs for one recorded op of one replay (16 bytes: inline
-/// in the op record, no allocation). Its destruction counts the op done.
+/// What the engine runs for one recorded op of a replay that pushes them
+/// (24 bytes: inline in the op record, no allocation). Its destruction
+/// counts the op done.
 struct NodeRun {
   ReplayState* s;
   const GraphNode* node;
+  OpRecord* self;
 
-  NodeRun(ReplayState* st, const GraphNode* n) noexcept : s(st), node(n) {}
-  NodeRun(NodeRun&& o) noexcept : s(std::exchange(o.s, nullptr)), node(o.node) {}
+  NodeRun(ReplayState* st, const GraphNode* n, OpRecord* op) noexcept : s(st), node(n), self(op) {}
+  NodeRun(NodeRun&& o) noexcept : s(std::exchange(o.s, nullptr)), node(o.node), self(o.self) {}
   NodeRun(const NodeRun&) = delete;
   NodeRun& operator=(const NodeRun&) = delete;
   NodeRun& operator=(NodeRun&&) = delete;
   ~NodeRun() {
     if (s == nullptr) return;
-    if (s->awaited) s->fail(ErrorRef::skipping());  // skipped: the error that skipped it (else empty)
+    ErrorRecord* own = self->error.exchange(nullptr, std::memory_order_acquire);  // complete() left it (kOutcomeToBody)
+    if (s->awaited) {
+      // Its own error (a body's, an async body's OnComplete's), or the one that skipped it.
+      s->fail(own != nullptr ? ErrorRef::retained(own) : ErrorRef::skipping());
+    }
+    release(own);
     if (node->oper != nullptr) node->oper->engine->release_operator(node->oper);
     s->done();
   }
@@ -145,6 +196,241 @@ std::string node_label(const GraphNode& node, std::size_t i) {
   return s;
 }
 
+// ---------------------------------------------------------------------------
+// The replay without pushes (push_held)
+
+OpRecord* make_op(ReplayState* s, std::uint32_t i);
+
+/// Counts one wait of each op in [p, end) down; those that reach zero are
+/// made and added to `ready` (counted in flight with the replay). The last
+/// decrement may let the replay finish on another thread: nothing of `s`
+/// or its graph is read after it unless it made an op ready (which keeps
+/// the replay alive).
+void count_down(ReplayState* s, const std::uint32_t* p, const std::uint32_t* end, ReadyList& ready) {
+  for (; p != end; ++p) {
+    const std::uint32_t j = *p;
+    if (s->waits[j].fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(make_op(s, j));
+  }
+}
+
+void count_down_entries(ReplayState* s, std::size_t k, ReadyList& ready) {
+  const std::vector<std::uint32_t>& entry = s->graph->vars[k].entry_ops;
+  count_down(s, entry.data(), entry.data() + entry.size(), ready);
+}
+
+/// The holder's access k is granted (under the variable's lock): the
+/// replay takes the error the variable carries, and the recorded ops that
+/// start on it go; at push, the replaying thread lets them go once every
+/// variable is unlocked (push_held).
+void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyList& ready, bool at_push) {
+  const auto* chunk = static_cast<const HoldChunk*>(hooks);
+  ReplayState* s = chunk->s;
+  k += chunk->base;
+  ErrorRecord* e = v->error;
+  s->held[k].error = s->core->live_error(e) ? retain(e) : nullptr;
+  if (at_push) {
+    s->held[k].at_push = true;
+  } else {
+    count_down_entries(s, k, ready);
+  }
+}
+
+/// The last recorded op on variable k has finished: the holder releases
+/// it, leaving the last write's outcome on it.
+void end_hold(ReplayState* s, std::uint32_t k) noexcept {
+  const GraphData::VarUse& use = s->graph->vars[k];
+  const HoldChunk& chunk = s->holders[k / EngineCore::kMaxAccess];
+  s->core->release_hold(chunk.op, k - chunk.base, use.spec.write ? s->held[k].error : nullptr, use.writes);
+}
+
+/// A recorded op of a replay without pushes. Skipped, as a pushed op
+/// would be, when a variable it touches carries an error (the replay's
+/// copy); its destruction passes its outcome on to the variables it
+/// writes, counts its successors down and ends the holds it was last on.
+struct HeldRun {
+  ReplayState* s;
+  OpRecord* self;
+  std::uint32_t i;
+  ErrorRecord* skip = nullptr;  ///< the error that skipped it (a reference)
+
+  HeldRun(ReplayState* st, OpRecord* op, std::uint32_t index) noexcept : s(st), self(op), i(index) {}
+  HeldRun(HeldRun&& o) noexcept : s(std::exchange(o.s, nullptr)), self(o.self), i(o.i), skip(std::exchange(o.skip, nullptr)) {}
+  HeldRun(const HeldRun&) = delete;
+  HeldRun& operator=(const HeldRun&) = delete;
+  HeldRun& operator=(HeldRun&&) = delete;
+
+  [[nodiscard]] const GraphNode& node() const noexcept { return *s->graph->nodes[i]; }
+  [[nodiscard]] OpFn& body() const noexcept {
+    const GraphNode& n = node();
+    return n.kind == GraphNode::Kind::oper ? n.oper->fn : const_cast<GraphNode&>(n).fn;
+  }
+  /// Whether the body is skipped: as a push inherits a variable's live error at its grant.
+  bool skipped() {
+    for (const std::uint32_t k : s->graph->var_index[i]) {
+      ErrorRecord* e = s->held[k].error;
+      if (s->core->live_error(e)) {
+        skip = retain(e);
+        break;
+      }
+    }
+    return skip != nullptr && !node().attrs.always_run;
+  }
+
+  ~HeldRun() {
+    if (s == nullptr) return;
+    EngineCore* core = s->core;
+    const GraphNode& n = node();
+    const GraphData& g = *s->graph;
+    const std::vector<std::uint32_t>& vars = g.var_index[i];
+    ErrorRecord* own = self->error.exchange(nullptr, std::memory_order_acquire);  // complete() left it (kOutcomeToBody)
+    ErrorRecord* outcome = own != nullptr ? own : n.attrs.always_run ? nullptr : skip;
+    ErrorRecord* stored = own != nullptr && n.attrs.error_to_awaiter ? nullptr : outcome;
+    if (s->awaited && outcome != nullptr) s->fail(ErrorRef::retained(outcome));
+    for (std::size_t a = 0; a < vars.size(); ++a) {
+      if (!n.access[a].write) continue;
+      ErrorRecord*& e = s->held[vars[a]].error;
+      if (e != stored) {
+        release(e);
+        e = retain(stored);
+      }
+    }
+    release(own);
+    release(skip);
+    if (n.oper != nullptr) n.oper->engine->release_operator(n.oper);
+    // The holds this op is among the last on; then its successors, or, for
+    // an op without any, the replay's count: the replay ends when its last
+    // such op has, and every other op has counted its successors down
+    // before (nothing of the replay is read after the last decrement).
+    for (const std::uint32_t k : g.exits[i]) {
+      if (s->held[k].left.fetch_sub(1, std::memory_order_acq_rel) == 1) end_hold(s, k);
+    }
+    if (n.succ.empty()) {
+      s->done();
+      return;
+    }
+    ReadyList ready;
+    count_down(s, n.succ.data(), n.succ.data() + n.succ.size(), ready);
+    core->dispatch_ready(ready);
+  }
+};
+
+struct HeldSyncRun : HeldRun {
+  using HeldRun::HeldRun;
+  void operator()(const RunContext& rc) {
+    if (skipped()) return;
+    const ArgScope arg(&s->arg);
+    body().invoke_sync(rc);
+  }
+};
+
+struct HeldAsyncRun : HeldRun {
+  using HeldRun::HeldRun;
+  void operator()(const RunContext& rc, OnComplete done) {
+    if (skipped()) {
+      done();
+      return;
+    }
+    const ArgScope arg(&s->arg);
+    body().invoke_async(rc, done);
+  }
+};
+
+OpRecord* make_op(ReplayState* s, std::uint32_t i) {
+  const GraphNode& n = *s->graph->nodes[i];
+  OpRecord* op = op_alloc();
+  if (n.async) {
+    op->fn.emplace(HeldAsyncRun(s, op, i));
+  } else {
+    op->fn.emplace(HeldSyncRun(s, op, i));
+  }
+  op->kind = OpKind::fn;
+  op->traits = kOutcomeToBody;
+  s->core->prepare(op, n.ctx, 0, n.attrs);
+  op->wait.store(0, std::memory_order_relaxed);
+  op->counted = true;
+  return op;
+}
+
+/// Ops the replaying thread makes before it hands them on: one batch to
+/// one worker's deque (a size, not tuned).
+constexpr std::size_t kStartBatch = 16;
+
+constexpr OpAttrs kHoldAttrs{.name = "ordo::replay (holds its variables)"};
+
+void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyList& ready, bool at_push);
+
+/// The replay without pushes: the holder pushed (one atomic step), then the
+/// recorded ops that wait for nothing started. Throws (nothing pushed) for
+/// a deleted variable.
+void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
+  const std::size_t n = g.nodes.size();
+  const std::size_t nv = g.vars.size();
+  s->core = core;
+  s->waits = std::make_unique<std::atomic<std::int32_t>[]>(n);
+  for (std::size_t i = 0; i < n; ++i) s->waits[i].store(static_cast<std::int32_t>(g.waits[i]), std::memory_order_relaxed);
+  s->held = std::make_unique<ReplayState::Held[]>(nv);
+  std::vector<AccessSpec> specs(nv);
+  for (std::size_t k = 0; k < nv; ++k) {
+    s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
+    specs[k] = g.vars[k].spec;
+  }
+  // The holders' records, freed again unless every one was pushed.
+  s->holders.resize((nv + EngineCore::kMaxAccess - 1) / EngineCore::kMaxAccess);
+  std::vector<OpRecord*> records;
+  records.reserve(s->holders.size());
+  auto free_records = [&] {
+    for (OpRecord* r : records) op_free(r);
+  };
+  std::size_t bad = nv;
+  try {
+    for (std::size_t c = 0; c < s->holders.size(); ++c) {
+      HoldChunk& chunk = s->holders[c];
+      chunk.granted = &hold_granted;
+      chunk.s = s;
+      chunk.base = c * EngineCore::kMaxAccess;
+      chunk.op = op_alloc();
+      records.push_back(chunk.op);
+      chunk.op->kind = OpKind::fn;
+      chunk.op->traits = kHolder;
+      chunk.op->aux = static_cast<HolderHooks*>(&chunk);
+    }
+    bad = core->submit_holders(records.data(), specs.data(), nv, kHoldAttrs, n);
+  } catch (...) {
+    free_records();
+    throw;
+  }
+  if (bad != nv) {
+    free_records();
+    const GraphData::VarUse& use = g.vars[bad];
+    throw Error(Errc::deleted_var, "replay of a graph: var " + std::to_string(use.spec.var->id) + " of " +
+                                       node_label(*g.nodes[use.first_op], use.first_op) + " was deleted");
+  }
+
+  // The ops that start on variables granted at push, and those with no
+  // variables, dispatched as they are made, a few at a time (each batch to
+  // the next worker's deque: a replay that starts wide is spread at once).
+  const EngineCore::Call call(core);  // the naive engine runs them here
+  ReadyList ready;
+  std::size_t batched = 0;
+  auto start = [&](std::size_t more) {
+    batched += more;
+    if (batched < kStartBatch) return;
+    core->dispatch_ready(std::exchange(ready, ReadyList{}));
+    batched = 0;
+  };
+  for (const std::uint32_t i : g.free_ops) {
+    ready.push(make_op(s, i));
+    start(1);
+  }
+  for (std::size_t k = 0; k < nv; ++k) {
+    if (!s->held[k].at_push) continue;
+    const std::vector<std::uint32_t>& entry = g.vars[k].entry_ops;
+    count_down(s, entry.data(), entry.data() + entry.size(), ready);
+    start(entry.size());
+  }
+  core->dispatch_ready(ready);
+}
+
 }  // namespace
 
 namespace {
@@ -174,21 +460,25 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   }
   EngineCore* core = EngineExtension::core(engine);
   const std::size_t n = graph->nodes.size();
-  // Every variable and operator checked before anything is pushed, so that
-  // a replay that fails for a deleted one pushes nothing (barring a delete
-  // racing with the replay: then the ops before the failed one run).
+  // Every operator, then (pushing them one by one) every variable checked
+  // before anything is pushed, so that a replay that fails for a deleted
+  // one pushes nothing (pushed one by one, barring a delete racing with the
+  // replay: then the ops before the failed one run). The replay without
+  // pushes checks its variables in its one push.
+  const bool held = core->profiler() == nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    const GraphNode& node = *graph->nodes[i];
+    if (node.oper != nullptr && node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
+      throw Error(Errc::deleted_operator, "replay of a graph: the operator of " + node_label(node, i) + " was deleted");
+    }
+  }
   for (const GraphData::VarUse& use : graph->vars) {
+    if (held) break;
     VarRecord* v = use.spec.var;
     std::lock_guard lock(v->lock);
     if (v->gen != use.spec.gen) {
       throw Error(Errc::deleted_var, "replay of a graph: var " + std::to_string(v->id) + " of " +
                                          node_label(*graph->nodes[use.first_op], use.first_op) + " was deleted");
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const GraphNode& node = *graph->nodes[i];
-    if (node.oper != nullptr && node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
-      throw Error(Errc::deleted_operator, "replay of a graph: the operator of " + node_label(node, i) + " was deleted");
     }
   }
   auto* s = new ReplayState;
@@ -199,6 +489,32 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   s->pending.store(n + 1, std::memory_order_relaxed);
   const bool handed = awaited && !s->notify;  // the caller gets a reference (replay_drop)
   if (handed) s->refs.store(2, std::memory_order_relaxed);
+  if (held) {
+    // Nothing runs before every operator is retained and every holder pushed:
+    // a failure here leaves nothing behind.
+    std::size_t retained = 0;
+    try {
+      for (; retained < n; ++retained) {
+        const GraphNode& node = *graph->nodes[retained];
+        if (node.oper != nullptr) EngineExtension::retain_operator(engine, node.oper, node.oper_gen);
+      }
+      s->pending.store(graph->sinks + 1, std::memory_order_relaxed);
+      push_held(core, *graph, s);
+    } catch (...) {
+      for (std::size_t i = 0; i < retained; ++i) {
+        const GraphNode& node = *graph->nodes[i];
+        if (node.oper != nullptr) node.oper->engine->release_operator(node.oper);
+      }
+      delete s;
+      if (retained < n) {
+        throw Error(Errc::deleted_operator,
+                    "replay of a graph: the operator of " + node_label(*graph->nodes[retained], retained) + " was deleted");
+      }
+      throw;
+    }
+    s->done();
+    return handed ? s : nullptr;
+  }
   std::size_t i = 0;
   bool made = false;  // op i's body exists (its destruction counts it)
   try {
@@ -209,13 +525,13 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
       OpGuard guard(op);
       if (node->oper != nullptr) EngineExtension::retain_operator(engine, node->oper, node->oper_gen);
       if (node->async || awaited) {
-        op->fn.emplace(AsyncRun(s, node));
+        op->fn.emplace(AsyncRun(s, node, op));
       } else {
-        op->fn.emplace(SyncRun(s, node));
+        op->fn.emplace(SyncRun(s, node, op));
       }
       made = true;
       op->kind = OpKind::fn;
-      op->traits = 0;
+      op->traits = kOutcomeToBody;
       core->submit(op, node->ctx, node->access.data(), node->access.size(), node->attrs);
       guard.release();
     }

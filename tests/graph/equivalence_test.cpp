@@ -49,7 +49,9 @@ std::vector<std::set<std::uint64_t>> serial_history(const Trace& t, int reps) {
   return seen;
 }
 
-enum class Mode { pushed, replayed };
+/// replayed_profiled: with the profiler on, a replay pushes its recorded ops
+/// one by one (src/graph/replay.cpp); without it, they wait in the replay.
+enum class Mode { pushed, replayed, replayed_profiled };
 
 struct Outcome {
   std::vector<std::uint64_t> vals;
@@ -64,7 +66,9 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
   std::atomic<int> bad{0};
   ThreadExecutor completer;  // completes async ops; outlives the engine
   {
-    Engine engine(cfg.options);
+    Options options = cfg.options;
+    if (mode == Mode::replayed_profiled) options.profile.enabled = true;
+    Engine engine(options);
     std::vector<Var> vars;
     for (int i = 0; i < kVars; ++i) vars.push_back(engine.new_variable());
     auto lists = [&](const OpSpec& op) {
@@ -120,7 +124,7 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
       }
     };
     Graph g;
-    if (mode == Mode::replayed) {
+    if (mode != Mode::pushed) {
       g = engine.capture([&] { push_trace(-1); });
       EXPECT_EQ(g.size(), t.ops.size());
     }
@@ -177,10 +181,13 @@ TEST(GraphEquivalence, ReplayedMatchesPushedAndSerialOnEveryEngine) {
     for (const auto& cfg : all_engine_configs()) {
       const Outcome pushed = run(trace, reps, cfg, Mode::pushed, seed);
       const Outcome replayed = run(trace, reps, cfg, Mode::replayed, seed);
+      const Outcome profiled = run(trace, reps, cfg, Mode::replayed_profiled, seed);
       ASSERT_EQ(pushed.vals, expected) << "pushed, engine " << cfg.label << ", seed=" << seed;
       ASSERT_EQ(replayed.vals, expected) << "replayed, engine " << cfg.label << ", seed=" << seed;
       EXPECT_EQ(pushed.foreign_seen_bad, 0) << "pushed, engine " << cfg.label << ", seed=" << seed;
       EXPECT_EQ(replayed.foreign_seen_bad, 0) << "replayed, engine " << cfg.label << ", seed=" << seed;
+      ASSERT_EQ(profiled.vals, expected) << "replayed with the profiler on, engine " << cfg.label << ", seed=" << seed;
+      EXPECT_EQ(profiled.foreign_seen_bad, 0) << "replayed with the profiler on, engine " << cfg.label;
     }
   }
 }

@@ -186,6 +186,109 @@ TEST(GraphReplay, FailingOpBehavesAsWhenPushed) {
   }
 }
 
+// A recorded op waits for its recorded predecessors and for the pushes
+// before the replay on its own variables, nothing else; and a variable is
+// free for later pushes once the replay's last op on it has finished, while
+// other variables of the graph are still held.
+TEST(GraphReplay, RecordedOpWaitsOnlyForItsOwnVariables) {
+  for (EngineKind kind : {EngineKind::pooled, EngineKind::per_device}) {
+    Engine engine(Options{.kind = kind, .cpu_workers = 2});
+    Var x = engine.new_variable(), y = engine.new_variable(), z = engine.new_variable();
+    std::atomic<int> a_ran{0};
+    Graph g = engine.capture([&] {
+      engine.push_sync([&] { ++a_ran; }, Context::cpu(), {}, {x}, {.name = "A"});  // entry on x only
+      engine.push_sync([] {}, Context::cpu(), {}, {y}, {.name = "B"});
+      engine.push_sync([] {}, Context::cpu(), {y}, {z}, {.name = "C"});           // after B
+    });
+    Gate gate;
+    engine.push_sync([&] { ASSERT_TRUE(gate.wait()); }, Context::cpu(), {}, {x}, {.name = "holds x"});
+    engine.replay(g);
+    Counter after;  // pushed after the replay on y: needs only y's hold to end
+    engine.push_sync([&] { after.arrive(); }, Context::cpu(), {y}, {});
+    EXPECT_TRUE(after.wait_for(1, std::chrono::seconds(30)))
+        << "a push after the replay on y waited for x, which only A of the graph touches";
+    EXPECT_EQ(a_ran.load(), 0) << "A ran before the op pushed before the replay on x";
+    gate.open();
+    engine.wait_for_all();
+    EXPECT_EQ(a_ran.load(), 1);
+  }
+}
+
+// The variables after a replay as after the same pushes: their versions
+// (one per write), errors carried in and cleared by a write that always
+// runs, and the ops skipped.
+TEST(GraphReplay, VersionsAndErrorsAsWhenPushed) {
+  struct Seen {
+    std::uint64_t vx, vy, vz;
+    bool x_throws, y_throws, z_throws;
+    int ran;
+  };
+  auto once = [](bool replayed) {
+    Engine engine(Options{.kind = EngineKind::pooled, .cpu_workers = 2, .on_unobserved_error = [](auto&) {}});
+    Var x = engine.new_variable(), y = engine.new_variable(), z = engine.new_variable();
+    std::atomic<int> ran{0};
+    auto sequence = [&] {
+      engine.push_sync([&] { ++ran; }, Context::cpu(), {x}, {y}, {.name = "skipped: x carries an error"});
+      engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {y}, {.name = "skipped: y carries it now"});
+      engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {x}, {.always_run = true});  // clears x
+      engine.push_sync([&] { ++ran; }, Context::cpu(), {x}, {z});
+      engine.push_sync([&] { ++ran; }, Context::cpu(), {x, z}, {z});
+    };
+    engine.push_sync([] { throw std::runtime_error("before"); }, Context::cpu(), {}, {x}, {.name = "fails"});
+    if (replayed) {
+      Graph g = engine.capture(sequence);
+      engine.replay(g);
+      engine.replay(g);
+    } else {
+      sequence();
+      sequence();
+    }
+    auto throws = [&](Var v) {  // a wait takes the error off the variable
+      try {
+        engine.wait_for_var(v);
+        return false;
+      } catch (const std::runtime_error&) {
+        return true;
+      }
+    };
+    const bool tx = throws(x), ty = throws(y), tz = throws(z);
+    return Seen{engine.var_version(x), engine.var_version(y), engine.var_version(z), tx, ty, tz, ran.load()};
+  };
+  const Seen pushed = once(false), replayed = once(true);
+  EXPECT_EQ(replayed.vx, pushed.vx);
+  EXPECT_EQ(replayed.vy, pushed.vy);
+  EXPECT_EQ(replayed.vz, pushed.vz);
+  EXPECT_EQ(pushed.vx, 3U);  // the failed write and one per sequence
+  EXPECT_EQ(pushed.vy, 4U);  // skipped writes count too
+  EXPECT_EQ(replayed.x_throws, pushed.x_throws);
+  EXPECT_EQ(replayed.y_throws, pushed.y_throws);
+  EXPECT_EQ(replayed.z_throws, pushed.z_throws);
+  EXPECT_FALSE(pushed.x_throws);
+  EXPECT_TRUE(pushed.y_throws);
+  EXPECT_EQ(replayed.ran, pushed.ran);
+  EXPECT_EQ(pushed.ran, 6);  // the first two are skipped both times: y keeps the error
+}
+
+// An async body's failure, passed to its OnComplete, with no recorded op
+// after it: the awaiter gets it, once, whether the replay pushes its ops
+// (profiler on) or not.
+TEST(GraphReplay, AsyncFailureReachesTheAwaiterEitherWay) {
+  for (bool profiled : {false, true}) {
+    Options options{.kind = EngineKind::pooled, .cpu_workers = 2};
+    options.profile.enabled = profiled;
+    Engine engine(options);
+    Var x = engine.new_variable();
+    Graph g = engine.capture([&] {
+      engine.push_async([](RunContext, OnComplete done) { done(std::make_exception_ptr(std::runtime_error("async"))); },
+                        Context::cpu(), {}, {x}, {.name = "fails later"});
+    });
+    auto step = [&]() -> Task<void> { co_await replay(engine, g); };
+    EXPECT_THROW(sync_wait(step()), std::runtime_error) << (profiled ? "profiled" : "not profiled");
+    EXPECT_EQ(engine.pending_errors(), 0U) << "observed by the awaiter";
+    EXPECT_THROW(engine.wait_for_var(x), std::runtime_error) << "the variable carries it too";
+  }
+}
+
 TEST(GraphReplay, AwaiterGetsTheErrorOnce) {
   Engine engine(Options{.kind = EngineKind::pooled, .cpu_workers = 2});
   Var x = engine.new_variable(), y = engine.new_variable();
@@ -218,13 +321,17 @@ TEST(GraphReplay, DeletedVariableOrOperatorFailsTheReplayByName) {
     engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {v}, {.name = "first"});
     engine.push(op, Context::cpu());
   });
+  Graph on_v = engine.capture([&] {
+    engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {w}, {.name = "other"});
+    engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {v}, {.name = "first"});
+  });
   engine.replay(g);
   engine.wait_for_all();
   EXPECT_EQ(ran.load(), 2);
   engine.delete_operator(op);
   expect_error([&] { engine.replay(g); }, Errc::deleted_operator, "recorded op 1");
   engine.delete_variable(v);
-  expect_error([&] { engine.replay(g); }, Errc::deleted_var, "recorded op 0 'first' was deleted");
+  expect_error([&] { engine.replay(on_v); }, Errc::deleted_var, "recorded op 1 'first' was deleted");
   engine.wait_for_all();
   EXPECT_EQ(ran.load(), 2) << "a replay refused for a deleted variable must push nothing";
 }

@@ -42,6 +42,8 @@ class ErrorRef {
   /// Inside the destructor of a skipped op body: the error that skipped it
   /// (the record behind Engine::skip_reason()). Empty anywhere else.
   static ErrorRef skipping() noexcept;
+  /// A new reference to `r` (empty for null).
+  static ErrorRef retained(ErrorRecord* r) noexcept;
 
   /// The stored exception (null when empty).
   [[nodiscard]] std::exception_ptr exception() const noexcept;

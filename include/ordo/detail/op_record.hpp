@@ -44,6 +44,15 @@ enum OpTraits : std::uint8_t {
   /// Orders itself after its variables' fences (the gpu layer's stream
   /// ops, ordo/fence.hpp): a FenceGate never holds it.
   kFenceExempt = 4,
+  /// Its body's destructor takes the op's own error (a reference, null on
+  /// success) from OpRecord::error: a captured graph's replayed op, whose
+  /// replay reports it to its awaiter and, without pushes, passes it on to
+  /// the ops that wait in the replay (src/graph/replay.cpp).
+  kOutcomeToBody = 8,
+  /// Never runs: holds variables for a replay, its accesses granted one by
+  /// one (each grant calls the HolderHooks in OpRecord::aux, under the
+  /// variable's lock) and released one by one (EngineCore::release_hold).
+  kHolder = 16,
 };
 
 /// One access of an op to one variable. While waiting it is linked into the
