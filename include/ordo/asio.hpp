@@ -70,7 +70,7 @@ auto push(Engine& engine, VarSpan reads, VarSpan writes, F&& fn, Context ctx, Op
   st->name = attrs.name;
   st->timed = asio_detail::eligible(engine, ctx, attrs);
   std::shared_ptr<std::atomic<int>> turn;
-  if (st->timed) turn = asio_detail::inline_turn(engine, asio_detail::cost_ns<D>());
+  if (st->timed) turn = asio_detail::inline_turn(engine, ctx, attrs, asio_detail::cost_ns<D>());
   try {
     if (turn) {
       // The inline path (detail/asio_inline.hpp): pushed as a launcher, so fn

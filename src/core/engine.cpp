@@ -306,6 +306,10 @@ void detail::EngineExtension::detach_idle_task(Engine& engine, IdleTask* task) n
 bool detail::EngineExtension::inline_ok_decides(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept {
   return engine.core_->inline_ok_decides(ctx, attrs);
 }
+bool detail::EngineExtension::inline_at_io(const Engine& engine, Context ctx, const OpAttrs& attrs,
+                                           const IoSite& site) noexcept {
+  return engine.core_->inline_at_io(ctx, attrs, site);
+}
 void detail::EngineExtension::want_idle_task_runner(Engine& engine) noexcept {
   engine.core_->want_idle_task_runner();
 }

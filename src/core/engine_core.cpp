@@ -465,6 +465,17 @@ bool EngineCore::inline_ok_decides(Context ctx, const OpAttrs& attrs) const noex
   return place(with, Origin::push).where == Place::now && place(without, Origin::push).where != Place::now;
 }
 
+bool EngineCore::inline_at_io(Context ctx, const OpAttrs& attrs, const IoSite& site) const noexcept {
+  if (!inline_ok_decides(ctx, attrs)) return false;
+  const OpShape at_io{OpKind::fn, kRunsOnPusher, attrs.prop, ctx, false, &site};
+  return place(at_io, Origin::push).where == Place::now;
+}
+
+bool EngineCore::io_runs_here(const IoSite& io) const noexcept {
+  if (io.cost_ns < 0 || io.cost_ns > kInlineCostLimitNs) return false;
+  return io.cost_ns <= kTrivialCostNs || (in_flight_.load(std::memory_order_relaxed) == 0 && !io.pending);
+}
+
 bool EngineCore::grant_lease_now(OpRecord* op, const AccessSpec* specs, std::size_t n) noexcept {
   // All variables locked in address order (the push's atomic step), each one
   // free for this access and carrying no live error, or nothing is granted.
@@ -601,6 +612,8 @@ bool skipped(const OpShape& op) noexcept { return op.skipped; }
 bool skipped(const OpRecord& op) noexcept {
   return op.error.load(std::memory_order_relaxed) != nullptr && !op.always_run;
 }
+const IoSite* io_site(const OpShape& op) noexcept { return op.io; }
+const IoSite* io_site(const OpRecord& /*op*/) noexcept { return nullptr; }
 }  // namespace
 
 Placement EngineCore::place(const OpRecord* op, Origin origin) const { return place_of(*op, origin); }
@@ -635,8 +648,12 @@ Placement EngineCore::place_of(const Op& op, Origin origin) const {
   }
   if (at_push) {
     // An op that asked for it (OpTraits::kRunsOnPusher) runs on its pusher,
-    // like a call; no other op ever does.
-    if (pusher_runs(op.traits, ts)) return {Place::now};
+    // like a call; no other op ever does. Pushed from an io thread, its
+    // cost decides too (io_runs_here).
+    if (pusher_runs(op.traits, ts)) {
+      const IoSite* io = io_site(op);
+      if (io == nullptr || io_runs_here(*io)) return {Place::now};
+    }
   } else if ((op.traits & kNoUserCode) != 0 && ts.completion_thread && ts.running == nullptr && !ts.launching) {
     // Made ready by a delivery (a reaper's, or a worker's that waited in an
     // idle ring), outside any op body: it starts its request inside the

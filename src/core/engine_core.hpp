@@ -83,6 +83,7 @@ struct OpShape {
   FnProperty prop = FnProperty::normal;
   Context ctx{};
   bool skipped = false;  ///< carries an error and does not always run: bookkeeping only
+  const IoSite* io = nullptr;  ///< pushed from an io thread (EngineCore::inline_at_io)
 };
 
 /// What a holder (OpTraits::kHolder) does when its access i is granted,
@@ -165,6 +166,17 @@ class EngineCore final : public PoolHost {
                                           std::size_t n) const noexcept;
   /// EngineExtension::inline_ok_decides: place() at push, with and without OpTraits::kRunsOnPusher.
   [[nodiscard]] bool inline_ok_decides(Context ctx, const OpAttrs& attrs) const noexcept;
+  /// EngineExtension::inline_at_io: whether place() runs an inline_ok op,
+  /// pushed ready from an io thread, right there (ordo::asio's inline mode).
+  [[nodiscard]] bool inline_at_io(Context ctx, const OpAttrs& attrs, const IoSite& site) const noexcept;
+  /// An op pushed from an io thread (IoSite) runs there only if its body
+  /// costs at most kInlineCostLimitNs, and, unless it costs at most
+  /// kTrivialCostNs, only while neither the engine nor that io_context has
+  /// other work: handing it to a worker costs two wake-ups (the worker's,
+  /// then the io_context's for its completion), which a longer body or a
+  /// busy server pays for.
+  static constexpr std::int64_t kInlineCostLimitNs = 200'000;
+  static constexpr std::int64_t kTrivialCostNs = 2'000;
   /// What every push stores in its record before granting: the engine, the
   /// attributes and the access count, with an access block where `n` does
   /// not fit inline (op_free() sizes it by n_access).
@@ -284,6 +296,8 @@ class EngineCore final : public PoolHost {
   WorkerPool* route(const Op& op) const { return kind_->route(op.ctx, op.prop); }
   template <class Op>
   [[gnu::always_inline]] inline Placement place_of(const Op& op, Origin origin) const;
+  /// The cost rule above, for an op pushed from an io thread.
+  [[nodiscard]] bool io_runs_here(const IoSite& io) const noexcept;
   void run_now(OpRecord* op);
   /// Runs the ops trampolined on this thread (run_later) until none is left.
   static void drain_inline(ThreadState& ts);

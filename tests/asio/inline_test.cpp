@@ -32,7 +32,7 @@ const ordo::OpAttrs kInline{.inline_ok = true};
 
 constexpr std::int64_t kTrivial = 0;                                       // inline whenever ready
 constexpr std::int64_t kModerate = 50'000;                                 // inline only when nothing else
-constexpr std::int64_t kHeavy = ordo::asio_detail::kInlineCostLimitNs * 5;  // always offloaded
+constexpr std::int64_t kHeavy = 1'000'000;                                 // above the cost limit: always offloaded
 
 /// Sets the learned run time of fn type F.
 template <class F>

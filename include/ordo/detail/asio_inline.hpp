@@ -1,17 +1,10 @@
-// ordo/detail/asio_inline.hpp - when ordo::asio::push runs fn on the calling
-// io_context thread instead of handing it to a worker (the work-first path).
+// ordo/detail/asio_inline.hpp - what ordo::asio::push tells the engine when
+// it may run fn on the calling io_context thread instead of handing it to a
+// worker (the work-first path): which io_context runs here (IoTurn), fn's
+// measured cost (a moving average per fn type) and the completions of
+// earlier inline runs still waiting on that io_context. The decision is the
+// engine's placement (EngineCore::place, through EngineExtension::inline_at_io).
 // Internal; every condition, and what the user sees: docs/asio.md, "Where fn runs".
-//
-// Handing an op to a worker costs two cross-thread wake-ups: the worker's
-// (a futex) and, when fn is done, the io_context's (its reactor interrupt).
-// When the io thread has nothing else to do meanwhile, or fn costs less than
-// handing it over, those wake-ups are all that offloading buys. So an
-// inline_ok CPU op that is ready at push, on a thread running an io_context
-// ordo::asio has delivered to (IoTurn), runs right there when its type's
-// measured cost (a moving average) is at most kTrivialCostNs, or at most
-// kInlineCostLimitNs while the engine has nothing in flight and no earlier
-// inline completion waits on that io_context (IoTurn::pending): a loaded
-// server keeps offloading.
 #pragma once
 
 #include <asio/execution.hpp>
@@ -31,15 +24,6 @@
 #include "ordo/engine.hpp"
 
 namespace ordo::asio_detail {
-
-/// fn types whose runs took longer than this (moving average) are always
-/// offloaded: they would hold up the io_context, and next to their run time
-/// the hop to a worker is cheap (docs/asio.md, "Where fn runs").
-inline constexpr std::int64_t kInlineCostLimitNs = 200'000;
-/// fn types whose runs take at most this run inline whenever they are ready
-/// at push on an io thread: cheaper than the push, queueing and completion
-/// hand-off that offloading them costs the io thread.
-inline constexpr std::int64_t kTrivialCostNs = 2'000;
 
 /// Per io_context state of the inline path, owned by IoTurnService (dies
 /// with the io_context; threads keep weak references).
@@ -112,16 +96,15 @@ inline bool eligible(const Engine& engine, Context ctx, const OpAttrs& attrs) no
          detail::EngineExtension::inline_ok_decides(engine, ctx, attrs);
 }
 
-/// The pending counter of the io_context running on this thread, if a fn
-/// whose runs take `cost_ns` (-1: unknown) may run here now (see the header
-/// comment); null to offload.
-inline std::shared_ptr<std::atomic<int>> inline_turn(const Engine& engine, std::int64_t cost_ns) noexcept {
-  if (cost_ns < 0 || cost_ns > kInlineCostLimitNs) return {};
-  const bool trivial = cost_ns <= kTrivialCostNs;
-  if (!trivial && engine.in_flight() != 0) return {};
+/// The pending counter of the io_context running on this thread, if the
+/// engine places an op whose fn's runs take `cost_ns` (-1: unknown) here,
+/// now; null to offload.
+inline std::shared_ptr<std::atomic<int>> inline_turn(const Engine& engine, Context ctx, const OpAttrs& attrs,
+                                                     std::int64_t cost_ns) noexcept {
   const std::shared_ptr<IoTurn> t = t_io_turn.lock();
-  if (!t || (!trivial && t->pending->load(std::memory_order_relaxed) != 0)) return {};
-  if (!t->io->get_executor().running_in_this_thread()) return {};
+  if (!t || !t->io->get_executor().running_in_this_thread()) return {};
+  const detail::IoSite site{cost_ns, t->pending->load(std::memory_order_relaxed) != 0};
+  if (!detail::EngineExtension::inline_at_io(engine, ctx, attrs, site)) return {};
   return t->pending;
 }
 

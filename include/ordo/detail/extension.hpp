@@ -96,6 +96,10 @@ struct EngineExtension {
   /// a worker without it. False where it runs here either way (the naive
   /// engine) or never (a completion thread). ordo::asio's inline mode asks it.
   static bool inline_ok_decides(const Engine& engine, Context ctx, const OpAttrs& attrs) noexcept;
+  /// Whether an inline_ok op pushed ready from a thread serving an
+  /// io_context runs right there: the engine's placement decision, told
+  /// the body's measured cost and the io_context's pending work.
+  static bool inline_at_io(const Engine& engine, Context ctx, const OpAttrs& attrs, const IoSite& site) noexcept;
 
   /// The engine's core, for the parts of the library built beside it
   /// (src/graph: a replay pushes its recorded, normalised accesses).

@@ -55,6 +55,14 @@ enum OpTraits : std::uint8_t {
   kHolder = 16,
 };
 
+/// A push from a thread that serves an io_context (ordo::asio's inline
+/// mode): what EngineCore::place() weighs besides the op, as that thread
+/// knows it.
+struct IoSite {
+  std::int64_t cost_ns = -1;  ///< the body's measured cost (a moving average); -1: it never ran
+  bool pending = false;       ///< completions of earlier inline runs still wait on that io_context
+};
+
 /// One access of an op to one variable. While waiting it is linked into the
 /// variable's queue (guarded by that variable's lock); once granted it is
 /// unlinked and only the variable's counters remember it.
