@@ -49,8 +49,6 @@ class OnComplete {
   OnComplete(detail::OpRecord* op, std::uint64_t gen, const char* name) noexcept : op_(op), gen_(gen), name_(name) {}
   /// `kept`: if not null, receives a reference to the error stored (detail::ErrorRef::fail).
   void finish(std::exception_ptr error, detail::ErrorRecord** kept = nullptr) const;
-  /// Claims the completion (the first call wins) or throws double_completion.
-  void claim() const;
 
   detail::OpRecord* op_ = nullptr;
   std::uint64_t gen_ = 0;

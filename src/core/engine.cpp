@@ -349,20 +349,6 @@ void detail::ErrorRef::drop(ErrorRecord* r) noexcept { release(r); }
 namespace ordo {
 
 void OnComplete::finish(std::exception_ptr error, detail::ErrorRecord** kept) const {
-  claim();
-  detail::OpRecord* op = op_;
-  detail::EngineCore* core = op->engine;
-  detail::ErrorRecord* own = error ? core->make_error(std::move(error), op->name) : nullptr;
-  if (kept != nullptr) *kept = detail::retain(own);
-  core->complete(op, own);
-}
-
-void detail::EngineExtension::complete_with(const OnComplete& done, ErrorRecord* error) {
-  done.claim();
-  done.op_->engine->complete(done.op_, retain(error));
-}
-
-void OnComplete::claim() const {
   detail::OpRecord* op = op_;
   if (op == nullptr) throw Error(Errc::invalid_argument, "an empty OnComplete was called");
   std::uint64_t gen = gen_;
@@ -373,6 +359,10 @@ void OnComplete::claim() const {
                 "OnComplete called more than once for " +
                     (name_ != nullptr ? std::string("op '") + name_ + "'" : std::string("an unnamed async op")));
   }
+  detail::EngineCore* core = op->engine;
+  detail::ErrorRecord* own = error ? core->make_error(std::move(error), op->name) : nullptr;
+  if (kept != nullptr) *kept = detail::retain(own);
+  core->complete(op, own);
 }
 
 }  // namespace ordo

@@ -80,9 +80,6 @@ struct EngineExtension {
   /// worker of `engine`); null where the usual push must be made. The
   /// coroutine then goes on where it is: it runs no other op.
   /// `traits`: those the lease's push would carry (its placement).
-  /// Completes the op as done(error) would, with an error already stored
-  /// (a reference is taken; null: success). Throws as done() does.
-  static void complete_with(const OnComplete& done, ErrorRecord* error);
   static OpRecord* grant_now(Engine& engine, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                              std::uint8_t traits, int& worker) {
     if (GraphRecorder* rec = t_recorder; rec != nullptr && rec->engine() == &engine) [[unlikely]] {
