@@ -176,6 +176,8 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   for (std::vector<std::uint32_t>& list : data_->exits) {
     for (std::uint32_t& k : list) k = moved_to[k];
   }
+  data_->specs.reserve(data_->vars.size());
+  for (const GraphData::VarUse& use : data_->vars) data_->specs.push_back(use.spec);
   pending_.reset();
   return std::move(data_);
 }

@@ -1,16 +1,40 @@
 // src/graph/graph_data.hpp - a captured graph as its replays read it. Internal.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "ordo/detail/graph_capture.hpp"
 
 namespace ordo::detail {
 
-/// Built by one GraphRecorder, immutable from GraphRecorder::finish on.
+struct ErrorRecord;
+
+/// The state of one replay without pushes (src/graph/replay.cpp) that is
+/// sized by the graph: what each recorded op still waits for, and each
+/// variable as the replay sees it. A graph keeps those of finished replays
+/// for its next ones (GraphData::spare): no allocation per replay once warm.
+struct ReplayArrays {
+  struct Held {
+    /// Its last recorded ops (GraphData::exits) not finished yet; the last
+    /// one ends the hold.
+    std::atomic<std::int32_t> left{0};
+    /// The error its next access sees (a reference): the one it carried
+    /// when the hold began, then each recorded write's outcome. Ordered by
+    /// the graph's edges (a write follows every access before it).
+    ErrorRecord* error = nullptr;
+    bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
+  };
+  std::unique_ptr<std::atomic<std::int32_t>[]> waits;
+  std::unique_ptr<Held[]> held;
+};
+
+/// Built by one GraphRecorder, immutable from GraphRecorder::finish on
+/// (but for `spare`, which has its own lock).
 struct GraphData {
   Engine* engine = nullptr;
   /// In push order. unique_ptr: a node's body (OpFn) never moves.
@@ -41,6 +65,11 @@ struct GraphData {
   std::vector<std::vector<std::uint32_t>> exits;
   /// Nodes without successors.
   std::size_t sinks = 0;
+  /// vars' specs, in the same order: what a replay's holders push.
+  std::vector<AccessSpec> specs;
+  /// Arrays of finished replays, for the next ones.
+  mutable std::mutex spare_mutex;
+  mutable std::vector<std::unique_ptr<ReplayArrays>> spare;
 };
 
 }  // namespace ordo::detail

@@ -65,6 +65,7 @@ struct ReplayState {
   /// pushes. A body is destroyed once its op has released its variables
   /// (run, skipped or failed), or when its push fails; the last one to go
   /// finishes the replay. acq_rel: the finisher sees every op's writes.
+  /// Without pushes, only the ops without successors count (HeldRun).
   std::atomic<std::size_t> pending{1};
   /// Awaited only (ordo::replay). kPending, kReady, kAbandoned or the
   /// address of the suspended coroutine; `error` is written before kReady
@@ -82,22 +83,23 @@ struct ReplayState {
   // the replay sees it.
   std::vector<HoldChunk> holders;
   EngineCore* core = nullptr;
-  std::unique_ptr<std::atomic<std::int32_t>[]> waits;
-  struct Held {
-    /// Its last recorded ops (GraphData::exits) not finished yet; the last
-    /// one ends the hold.
-    std::atomic<std::int32_t> left{0};
-    /// The error its next access sees (a reference): the one it carried
-    /// when the hold began, then each recorded write's outcome. Ordered by
-    /// the graph's edges (a write follows every access before it).
-    ErrorRecord* error = nullptr;
-    bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
-  };
-  std::unique_ptr<Held[]> held;
+  std::unique_ptr<ReplayArrays> arrays;
+  std::atomic<std::int32_t>* waits = nullptr;  ///< arrays->waits
+  ReplayArrays::Held* held = nullptr;          ///< arrays->held
+  /// Set (relaxed) before any error is put in `held`: an op sees it set
+  /// whenever a variable's copy it reads carries one (the graph's edges
+  /// order the two), and looks at its variables only then.
+  std::atomic<bool> errors{false};
 
   ~ReplayState() {
-    if (held == nullptr) return;
-    for (std::size_t k = 0; k < graph->vars.size(); ++k) release(held[k].error);
+    if (arrays == nullptr) return;
+    for (std::size_t k = 0; k < graph->vars.size(); ++k) {
+      release(held[k].error);
+      held[k].error = nullptr;
+      held[k].at_push = false;
+    }
+    std::lock_guard lock(graph->spare_mutex);
+    graph->spare.push_back(std::move(arrays));
   }
 
   void unref() noexcept {
@@ -227,7 +229,10 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
   ReplayState* s = chunk->s;
   k += chunk->base;
   ErrorRecord* e = v->error;
-  s->held[k].error = s->core->live_error(e) ? retain(e) : nullptr;
+  if (s->core->live_error(e)) {
+    s->errors.store(true, std::memory_order_relaxed);
+    s->held[k].error = retain(e);
+  }
   if (at_push) {
     s->held[k].at_push = true;
   } else {
@@ -266,6 +271,7 @@ struct HeldRun {
   }
   /// Whether the body is skipped: as a push inherits a variable's live error at its grant.
   bool skipped() {
+    if (!s->errors.load(std::memory_order_relaxed)) return false;
     for (const std::uint32_t k : s->graph->var_index[i]) {
       ErrorRecord* e = s->held[k].error;
       if (s->core->live_error(e)) {
@@ -290,6 +296,7 @@ struct HeldRun {
       if (!n.access[a].write) continue;
       ErrorRecord*& e = s->held[vars[a]].error;
       if (e != stored) {
+        if (stored != nullptr) s->errors.store(true, std::memory_order_relaxed);
         release(e);
         e = retain(stored);
       }
@@ -366,13 +373,23 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   const std::size_t n = g.nodes.size();
   const std::size_t nv = g.vars.size();
   s->core = core;
-  s->waits = std::make_unique<std::atomic<std::int32_t>[]>(n);
+  {
+    std::lock_guard lock(g.spare_mutex);
+    if (!g.spare.empty()) {
+      s->arrays = std::move(g.spare.back());
+      g.spare.pop_back();
+    }
+  }
+  if (s->arrays == nullptr) {
+    s->arrays = std::make_unique<ReplayArrays>();
+    s->arrays->waits = std::make_unique<std::atomic<std::int32_t>[]>(n);
+    s->arrays->held = std::make_unique<ReplayArrays::Held[]>(nv);
+  }
+  s->waits = s->arrays->waits.get();
+  s->held = s->arrays->held.get();
   for (std::size_t i = 0; i < n; ++i) s->waits[i].store(static_cast<std::int32_t>(g.waits[i]), std::memory_order_relaxed);
-  s->held = std::make_unique<ReplayState::Held[]>(nv);
-  std::vector<AccessSpec> specs(nv);
   for (std::size_t k = 0; k < nv; ++k) {
     s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
-    specs[k] = g.vars[k].spec;
   }
   // The holders' records, freed again unless every one was pushed.
   s->holders.resize((nv + EngineCore::kMaxAccess - 1) / EngineCore::kMaxAccess);
@@ -394,7 +411,7 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       chunk.op->traits = kHolder;
       chunk.op->aux = static_cast<HolderHooks*>(&chunk);
     }
-    bad = core->submit_holders(records.data(), specs.data(), nv, kHoldAttrs, n);
+    bad = core->submit_holders(records.data(), g.specs.data(), nv, kHoldAttrs, n);
   } catch (...) {
     free_records();
     throw;
