@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ordo/detail/extension.hpp"
+#include "ordo/detail/op_fn.hpp"
 #include "ordo/dist.hpp"
 #include "progress.hpp"
 #include "sequence.hpp"
@@ -61,6 +62,7 @@ namespace detail {
 /// the pushing thread (one at a time: the Dist's contract), except
 /// `data`/`size`/`codec`, fixed at registration and read by ops.
 struct Entry {
+  DistImpl* dist = nullptr;  // the Dist that registered it (a transfer op's body reaches it from here)
   std::uint64_t id = 0;
   int owner = 0;
   Var local;
@@ -150,6 +152,7 @@ class DistImpl {
     }
     const auto index = static_cast<std::uint32_t>(entries_.size());
     Entry& e = entries_.emplace_back();
+    e.dist = this;
     e.id = id == Dist::kAutoId ? index : id;
     e.owner = owner;
     e.data = data;
@@ -256,20 +259,19 @@ std::vector<std::byte> envelope(const Envelope& h, const void* payload, std::siz
 /// so the receiving rank's copy carries it too.
 class SendBody {
  public:
-  SendBody(DistImpl* d, Entry* e, int dst, std::uint64_t seq, Stamp stamp)
-      : d_(d), e_(e), dst_(dst), seq_(seq), stamp_(stamp) {
-    d_->pending_.add();
+  SendBody(Entry* e, int dst, std::uint64_t seq, Stamp stamp) : e_(e), seq_(seq), stamp_(stamp), dst_(dst) {
+    e_->dist->pending_.add();
   }
   SendBody(SendBody&& o) noexcept
-      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), dst_(o.dst_), seq_(o.seq_), stamp_(o.stamp_), ran_(o.ran_) {}
+      : e_(std::exchange(o.e_, nullptr)), seq_(o.seq_), stamp_(o.stamp_), dst_(o.dst_), ran_(o.ran_) {}
   SendBody& operator=(SendBody&&) = delete;
   ~SendBody() {
-    if (d_ == nullptr) return;
+    if (e_ == nullptr) return;
     if (!ran_) {
       // Destroyed without running: skipped (skip_reason names why), or the push failed (nothing to send).
       if (std::exception_ptr why = Engine::skip_reason()) send_error(why);
     }
-    d_->pending_.done();
+    e_->dist->pending_.done();
   }
   void operator()() {
     ran_ = true;
@@ -282,9 +284,9 @@ class SendBody {
         send_error(std::current_exception());
         throw;  // and this rank's wait_for_all sees it
       }
-      d_->progress_->send(dst_, envelope(h, bytes.data(), bytes.size()));
+      e_->dist->progress_->send(dst_, envelope(h, bytes.data(), bytes.size()));
     } else {
-      d_->progress_->send(dst_, envelope(h, e_->data, e_->size));
+      e_->dist->progress_->send(dst_, envelope(h, e_->data, e_->size));
     }
   }
 
@@ -300,34 +302,34 @@ class SendBody {
   void send_error(const std::exception_ptr& why) {
     Envelope h = header();
     h.status = Envelope::kFailed;
-    const std::string text = describe(why, d_->rank_, h.origin);
-    d_->progress_->send(dst_, envelope(h, text.data(), text.size()));
+    const std::string text = describe(why, e_->dist->rank_, h.origin);
+    e_->dist->progress_->send(dst_, envelope(h, text.data(), text.size()));
   }
 
-  DistImpl* d_;
-  Entry* e_;
-  int dst_;
+  // Laid out to fit the op record's inline storage (no allocation per transfer).
+  Entry* e_;  // null once moved from
   std::uint64_t seq_;
   Stamp stamp_;  // the push that made this transfer: the receiver checks it made it too
+  int dst_;
   bool ran_ = false;
 };
+static_assert(sizeof(SendBody) <= ordo::detail::OpFn::kInlineSize);
 
 /// The receiving half: an async op holding the local variable for writing
 /// until the progress thread has landed the value (or an error) in it.
 /// Skipped (the copy already carries an error): its message is dropped.
 class RecvBody {
  public:
-  RecvBody(DistImpl* d, Entry* e, int src, std::uint64_t seq, Stamp stamp)
-      : d_(d), e_(e), src_(src), seq_(seq), stamp_(stamp) {
-    d_->pending_.add();
+  RecvBody(Entry* e, int src, std::uint64_t seq, Stamp stamp) : e_(e), seq_(seq), stamp_(stamp), src_(src) {
+    e_->dist->pending_.add();
   }
   RecvBody(RecvBody&& o) noexcept
-      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), src_(o.src_), seq_(o.seq_), stamp_(o.stamp_), ran_(o.ran_) {}
+      : e_(std::exchange(o.e_, nullptr)), seq_(o.seq_), stamp_(o.stamp_), src_(o.src_), ran_(o.ran_) {}
   RecvBody& operator=(RecvBody&&) = delete;
   ~RecvBody() {
-    if (d_ == nullptr) return;
-    if (!ran_ && Engine::skip_reason() != nullptr) d_->progress_->discard(key());
-    d_->pending_.done();
+    if (e_ == nullptr) return;
+    if (!ran_ && Engine::skip_reason() != nullptr) e_->dist->progress_->discard(key());
+    e_->dist->pending_.done();
   }
   void operator()(const RunContext&, OnComplete done) {
     ran_ = true;
@@ -338,18 +340,19 @@ class RecvBody {
       t.data = e_->data;
       t.size = e_->size;
     }
-    d_->progress_->want(key(), stamp_, t, std::move(done));
+    e_->dist->progress_->want(key(), stamp_, t, std::move(done));
   }
 
  private:
   [[nodiscard]] Key key() const noexcept { return Key{src_, e_->id, seq_}; }
-  DistImpl* d_;
-  Entry* e_;
-  int src_;
+  // Laid out to fit the op record's inline storage, as SendBody.
+  Entry* e_;  // null once moved from
   std::uint64_t seq_;
   Stamp stamp_;
+  int src_;
   bool ran_ = false;
 };
+static_assert(sizeof(RecvBody) <= ordo::detail::OpFn::kInlineSize);
 
 }  // namespace
 
@@ -366,15 +369,15 @@ void DistImpl::transfer(Entry& e, int src, int dst) {
   constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode;
   if (rank_ == src) {
     if (e.has_codec) {
-      engine_.push_sync(SendBody(this, &e, dst, seq, stamp), Context::cpu(), {e.local}, {},
+      engine_.push_sync(SendBody(&e, dst, seq, stamp), Context::cpu(), {e.local}, {},
                         {.name = "ordo::dist send"});
     } else {
-      ordo::detail::EngineExtension::push(engine_, SendBody(this, &e, dst, seq, stamp), Context::cpu(),
+      ordo::detail::EngineExtension::push(engine_, SendBody(&e, dst, seq, stamp), Context::cpu(),
                                           {e.local}, {}, {.prop = FnProperty::async, .name = "ordo::dist send"},
                                           kLauncher);
     }
   } else if (rank_ == dst) {
-    ordo::detail::EngineExtension::push(engine_, RecvBody(this, &e, src, seq, stamp), Context::cpu(), {}, {e.local},
+    ordo::detail::EngineExtension::push(engine_, RecvBody(&e, src, seq, stamp), Context::cpu(), {}, {e.local},
                                         {.prop = FnProperty::async, .name = "ordo::dist receive"}, kLauncher);
   }
 }
