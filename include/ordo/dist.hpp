@@ -46,6 +46,22 @@ class RemoteError : public std::runtime_error {
   int rank_;
 };
 
+/// Ranks that pushed different sequences of ops on a Dist (a skipped push,
+/// another variable, another order): detected at the next collective wait,
+/// or where a transfer made by one push meets the other rank's. what() names
+/// the ranks, the push where the sequences first may differ and what each
+/// rank pushed there; rank() is the lowest rank whose sequence differs from
+/// rank 0's (or, seen at a transfer, the rank it came from).
+class DivergedError : public RemoteError {
+ public:
+  DivergedError(int rank, std::uint64_t push, const std::string& what) : RemoteError(rank, what), push_(push) {}
+  /// The push (1-based, in each rank's own order) where the sequences first may differ.
+  [[nodiscard]] std::uint64_t push() const noexcept { return push_; }
+
+ private:
+  std::uint64_t push_;
+};
+
 /// MPI for the scope of this object: MPI_Init_thread asking for
 /// MPI_THREAD_SERIALIZED (a Dist's progress thread makes every MPI call, and
 /// it is not the main thread), MPI_Finalize at the end. Optional: a program
@@ -194,6 +210,12 @@ class TrackedBody {
 /// - wait_for_all, barrier, allreduce_sum and the destructor are
 ///   collective: every rank calls them, in the same order.
 ///
+/// Ranks that break the second rule (a push skipped, made on another
+/// variable, in another order, placed elsewhere) are told at the next
+/// wait_for_all or barrier, with a DivergedError on every rank; a transfer
+/// that meets a receive made by another push fails that receive instead of
+/// landing. Op bodies are not compared (docs/dist.md).
+///
 /// @par Thread safety
 /// register_*, push, the waits and the destructor: one thread at a time (the
 /// same program order on every rank is the contract). rank(), size(),
@@ -272,14 +294,18 @@ class Dist {
   /// is known; a transfer this rank waits for fails as soon as the news
   /// arrives, so the owner never returns with the value the push left stale.
   void wait_for_var(DistVar v);
-  /// Collective. Engine::wait_for_all on this rank, then a barrier, so
+  /// Collective. First compares the ranks' sequences of pushes (one
+  /// allreduce), then Engine::wait_for_all on this rank, then a barrier, so
   /// every rank's pushes so far have finished everywhere when any returns.
-  /// Rethrows (after the barrier) what the local wait_for_all threw; if a
-  /// push failed on any rank (the barrier tells every rank), throws that
-  /// failure (RemoteError naming the rank and the push) on every rank.
+  /// Rethrows (after the barrier) what the local wait_for_all threw. If a
+  /// push failed on any rank, throws that failure (RemoteError naming the
+  /// rank and the push) on every rank; if the ranks pushed different
+  /// sequences, a DivergedError, the same on every rank. Either way the
+  /// Dist is failed from then on (every later push and wait throws it).
   void wait_for_all();
-  /// Collective. Returns when every rank has called it (MPI_Ibarrier on the
-  /// progress thread: transfers go on meanwhile).
+  /// Collective. Returns when every rank has called it (an allreduce on the
+  /// progress thread: transfers go on meanwhile), after comparing the
+  /// ranks' sequences of pushes as wait_for_all does (and throwing as it does).
   void barrier();
   /// Collective. Sums `values` element-wise over the ranks, in place
   /// (MPI_Iallreduce on the progress thread).

@@ -10,8 +10,10 @@
 #include <string>
 
 #include "ordo/detail/extension.hpp"
+#include "ordo/detail/op_fn.hpp"
 #include "ordo/dist.hpp"
 #include "progress.hpp"
+#include "sequence.hpp"
 
 namespace ordo::dist {
 
@@ -60,6 +62,7 @@ namespace detail {
 /// the pushing thread (one at a time: the Dist's contract), except
 /// `data`/`size`/`codec`, fixed at registration and read by ops.
 struct Entry {
+  DistImpl* dist = nullptr;  // the Dist that registered it (a transfer op's body reaches it from here)
   std::uint64_t id = 0;
   int owner = 0;
   Var local;
@@ -149,6 +152,7 @@ class DistImpl {
     }
     const auto index = static_cast<std::uint32_t>(entries_.size());
     Entry& e = entries_.emplace_back();
+    e.dist = this;
     e.id = id == Dist::kAutoId ? index : id;
     e.owner = owner;
     e.data = data;
@@ -192,6 +196,11 @@ class DistImpl {
   /// receive op here, or nothing on a third rank but the books.
   void transfer(Entry& e, int src, int dst);
 
+  /// Collective (every rank, at the same point of its sequence): compares
+  /// the ranks' pushes so far and learns of a push that failed anywhere.
+  /// Returns the error every rank then throws (the same on all), or null.
+  std::exception_ptr check_sequences();
+
   Engine& engine_;
   Options opts_;
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -200,7 +209,7 @@ class DistImpl {
   std::deque<Entry> entries_;  // a deque: ops keep pointers to entries while more are registered
   std::unique_ptr<Progress> progress_;
   PendingOps pending_{};
-  std::uint64_t pushes_ = 0;  // pushes begun on this rank (the pushing thread's): names a failed one
+  Sequence sequence_;  // this rank's pushes so far (the pushing thread's): names a failed one, checks the ranks agree
   std::uint64_t ops_run_ = 0, cache_hits_ = 0, transfers_ = 0;  // the pushing thread's; stats() reads them racily-safe below
   std::atomic<std::uint64_t> ops_run_pub_{0}, cache_hits_pub_{0}, transfers_pub_{0};
 
@@ -250,20 +259,19 @@ std::vector<std::byte> envelope(const Envelope& h, const void* payload, std::siz
 /// so the receiving rank's copy carries it too.
 class SendBody {
  public:
-  SendBody(DistImpl* d, Entry* e, int dst, std::uint64_t version, std::uint64_t seq)
-      : d_(d), e_(e), dst_(dst), version_(version), seq_(seq) {
-    d_->pending_.add();
+  SendBody(Entry* e, int dst, std::uint64_t seq, Stamp stamp) : e_(e), seq_(seq), stamp_(stamp), dst_(dst) {
+    e_->dist->pending_.add();
   }
   SendBody(SendBody&& o) noexcept
-      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), dst_(o.dst_), version_(o.version_), seq_(o.seq_), ran_(o.ran_) {}
+      : e_(std::exchange(o.e_, nullptr)), seq_(o.seq_), stamp_(o.stamp_), dst_(o.dst_), ran_(o.ran_) {}
   SendBody& operator=(SendBody&&) = delete;
   ~SendBody() {
-    if (d_ == nullptr) return;
+    if (e_ == nullptr) return;
     if (!ran_) {
       // Destroyed without running: skipped (skip_reason names why), or the push failed (nothing to send).
       if (std::exception_ptr why = Engine::skip_reason()) send_error(why);
     }
-    d_->pending_.done();
+    e_->dist->pending_.done();
   }
   void operator()() {
     ran_ = true;
@@ -276,9 +284,9 @@ class SendBody {
         send_error(std::current_exception());
         throw;  // and this rank's wait_for_all sees it
       }
-      d_->progress_->send(dst_, envelope(h, bytes.data(), bytes.size()));
+      e_->dist->progress_->send(dst_, envelope(h, bytes.data(), bytes.size()));
     } else {
-      d_->progress_->send(dst_, envelope(h, e_->data, e_->size));
+      e_->dist->progress_->send(dst_, envelope(h, e_->data, e_->size));
     }
   }
 
@@ -286,39 +294,42 @@ class SendBody {
   Envelope header() const {
     Envelope h;
     h.var_id = e_->id;
-    h.version = version_;
     h.seq = seq_;
+    h.push = stamp_.push;
+    h.hash = stamp_.hash;
     return h;
   }
   void send_error(const std::exception_ptr& why) {
     Envelope h = header();
     h.status = Envelope::kFailed;
-    const std::string text = describe(why, d_->rank_, h.origin);
-    d_->progress_->send(dst_, envelope(h, text.data(), text.size()));
+    const std::string text = describe(why, e_->dist->rank_, h.origin);
+    e_->dist->progress_->send(dst_, envelope(h, text.data(), text.size()));
   }
 
-  DistImpl* d_;
-  Entry* e_;
+  // Laid out to fit the op record's inline storage (no allocation per transfer).
+  Entry* e_;  // null once moved from
+  std::uint64_t seq_;
+  Stamp stamp_;  // the push that made this transfer: the receiver checks it made it too
   int dst_;
-  std::uint64_t version_, seq_;
   bool ran_ = false;
 };
+static_assert(sizeof(SendBody) <= ordo::detail::OpFn::kInlineSize);
 
 /// The receiving half: an async op holding the local variable for writing
 /// until the progress thread has landed the value (or an error) in it.
 /// Skipped (the copy already carries an error): its message is dropped.
 class RecvBody {
  public:
-  RecvBody(DistImpl* d, Entry* e, int src, std::uint64_t seq) : d_(d), e_(e), src_(src), seq_(seq) {
-    d_->pending_.add();
+  RecvBody(Entry* e, int src, std::uint64_t seq, Stamp stamp) : e_(e), seq_(seq), stamp_(stamp), src_(src) {
+    e_->dist->pending_.add();
   }
   RecvBody(RecvBody&& o) noexcept
-      : d_(std::exchange(o.d_, nullptr)), e_(o.e_), src_(o.src_), seq_(o.seq_), ran_(o.ran_) {}
+      : e_(std::exchange(o.e_, nullptr)), seq_(o.seq_), stamp_(o.stamp_), src_(o.src_), ran_(o.ran_) {}
   RecvBody& operator=(RecvBody&&) = delete;
   ~RecvBody() {
-    if (d_ == nullptr) return;
-    if (!ran_ && Engine::skip_reason() != nullptr) d_->progress_->discard(key());
-    d_->pending_.done();
+    if (e_ == nullptr) return;
+    if (!ran_ && Engine::skip_reason() != nullptr) e_->dist->progress_->discard(key());
+    e_->dist->pending_.done();
   }
   void operator()(const RunContext&, OnComplete done) {
     ran_ = true;
@@ -329,22 +340,25 @@ class RecvBody {
       t.data = e_->data;
       t.size = e_->size;
     }
-    d_->progress_->want(key(), t, std::move(done));
+    e_->dist->progress_->want(key(), stamp_, t, std::move(done));
   }
 
  private:
   [[nodiscard]] Key key() const noexcept { return Key{src_, e_->id, seq_}; }
-  DistImpl* d_;
-  Entry* e_;
-  int src_;
+  // Laid out to fit the op record's inline storage, as SendBody.
+  Entry* e_;  // null once moved from
   std::uint64_t seq_;
+  Stamp stamp_;
+  int src_;
   bool ran_ = false;
 };
+static_assert(sizeof(RecvBody) <= ordo::detail::OpFn::kInlineSize);
 
 }  // namespace
 
 void DistImpl::transfer(Entry& e, int src, int dst) {
   const std::uint64_t seq = e.seq++;
+  const Stamp stamp{sequence_.pushes, sequence_.hash};
   ++transfers_;
   // The receive op and a flat buffer's send op run no user code and never
   // block (they pack or register, and hand over to the progress thread):
@@ -355,17 +369,67 @@ void DistImpl::transfer(Entry& e, int src, int dst) {
   constexpr std::uint8_t kLauncher = ordo::detail::kRunsOnPusher | ordo::detail::kNoUserCode;
   if (rank_ == src) {
     if (e.has_codec) {
-      engine_.push_sync(SendBody(this, &e, dst, e.version, seq), Context::cpu(), {e.local}, {},
+      engine_.push_sync(SendBody(&e, dst, seq, stamp), Context::cpu(), {e.local}, {},
                         {.name = "ordo::dist send"});
     } else {
-      ordo::detail::EngineExtension::push(engine_, SendBody(this, &e, dst, e.version, seq), Context::cpu(),
+      ordo::detail::EngineExtension::push(engine_, SendBody(&e, dst, seq, stamp), Context::cpu(),
                                           {e.local}, {}, {.prop = FnProperty::async, .name = "ordo::dist send"},
                                           kLauncher);
     }
   } else if (rank_ == dst) {
-    ordo::detail::EngineExtension::push(engine_, RecvBody(this, &e, src, seq), Context::cpu(), {}, {e.local},
+    ordo::detail::EngineExtension::push(engine_, RecvBody(&e, src, seq, stamp), Context::cpu(), {}, {e.local},
                                         {.prop = FnProperty::async, .name = "ordo::dist receive"}, kLauncher);
   }
+}
+
+std::exception_ptr DistImpl::check_sequences() {
+  Sequence& sq = sequence_;
+  // The lowest rank where a push failed (size_: none). A divergence found
+  // at a transfer is not one: the comparison below finds it on every rank.
+  std::uint64_t lowest = std::uint64_t(size_);
+  if (std::exception_ptr failure = progress_->failure()) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const DivergedError&) {
+    } catch (const RemoteError& e) {
+      lowest = std::uint64_t(e.rank());
+    } catch (...) {
+    }
+  }
+  // One allreduce of minima: min(~x) is ~max(x), so this gives the lowest
+  // failed rank and the least and greatest push count and hash.
+  std::uint64_t v[5] = {lowest, sq.pushes, ~sq.pushes, sq.hash, ~sq.hash};
+  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+    MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MIN, comm, r);
+  });
+  if (v[0] < std::uint64_t(size_)) {
+    // Its report was sent before that rank entered this collective: it is
+    // on its way if it has not landed yet.
+    const int failed = int(v[0]);
+    std::exception_ptr failure = progress_->wait_failure(std::chrono::seconds(1));
+    if (!failure) {
+      failure = std::make_exception_ptr(RemoteError(
+          failed, "ordo::dist: rank " + std::to_string(failed) + ": a push failed there (its report has not reached rank " +
+                      std::to_string(rank_) + ")"));
+    }
+    return failure;
+  }
+  if (v[1] == ~v[2] && v[3] == ~v[4]) {
+    sq.verified = sq.pushes;
+    return nullptr;
+  }
+  // The sequences differ: every rank's recent pushes say where (the failure
+  // path only; the same verdict on every rank).
+  SequenceSummary mine;
+  mine.pushes = sq.pushes;
+  mine.hash = sq.hash;
+  mine.recent = sq.recent;
+  std::vector<SequenceSummary> all(static_cast<std::size_t>(size_));
+  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm, r);
+  });
+  const Divergence dv = diagnose(all, sq.verified);
+  return std::make_exception_ptr(DivergedError(dv.rank, dv.push, dv.what));
 }
 
 }  // namespace detail
@@ -396,15 +460,25 @@ int Dist::executor(DistSpan reads, DistSpan writes, int rank) const { return imp
 Dist::Plan& Dist::begin_push(DistSpan reads, DistSpan writes, int rank) {
   detail::DistImpl& d = *impl_;
   Plan& p = plan_;
-  ++d.pushes_;
+  detail::Sequence& sq = d.sequence_;
+  ++sq.pushes;
   p.exec = d.executor(reads, writes, rank);
   p.runs_here = p.exec == d.rank_;
   p.reads.clear();
   p.writes.clear();
   p.written.clear();
-  // Validate every handle before the books change, so a bad push changes nothing.
-  for (const DistVar& v : reads.span()) (void)d.entry(v);
-  for (const DistVar& v : writes.span()) (void)d.entry(v);
+  // Validate every handle before the books change, so a bad push changes
+  // nothing, and fold the push into this rank's running hash on the way.
+  std::uint64_t h = sq.hash;
+  for (const DistVar& v : reads.span()) h = detail::Sequence::step(h, detail::Sequence::read_word(d.entry(v).id));
+  for (const DistVar& v : writes.span()) h = detail::Sequence::step(h, detail::Sequence::write_word(d.entry(v).id));
+  if (!writes.span().empty()) {
+    sq.close(h, reads.span().size(), writes.span().size(), p.exec, writes.span()[0].id(), detail::PushRecord::kWritten);
+  } else if (!reads.span().empty()) {
+    sq.close(h, reads.span().size(), 0, p.exec, reads.span()[0].id(), detail::PushRecord::kRead);
+  } else {
+    sq.close(h, 0, 0, p.exec, 0, 0);
+  }
   // Every variable the op touches must be at the executing rank at its
   // current version (a mutation may read the old value too).
   std::vector<std::uint32_t>& seen = p.written;  // reused below for the writes
@@ -470,7 +544,7 @@ void Dist::push_failed(const char* op_name) noexcept {
     } catch (...) {
       cause = "an exception not derived from std::exception";
     }
-    const std::string text = "ordo::dist: rank " + std::to_string(d.rank_) + ": push #" + std::to_string(d.pushes_) +
+    const std::string text = "ordo::dist: rank " + std::to_string(d.rank_) + ": push #" + std::to_string(d.sequence_.pushes) +
                              " (" + (op_name != nullptr ? std::string("op '") + op_name + "'" : "an unnamed op") +
                              ") failed there (" + cause +
                              "); the ranks' books differ from that push on, so every wait of this Dist fails";
@@ -486,7 +560,7 @@ void Dist::push_failed(const char* op_name) noexcept {
     // left not to let them read values that will never come.
     std::fprintf(stderr, "ordo::dist: rank %d: push #%llu failed and the other ranks could not be told; "
                          "ending the job with MPI_Abort\n",
-                 d.rank_, static_cast<unsigned long long>(d.pushes_));
+                 d.rank_, static_cast<unsigned long long>(d.sequence_.pushes));
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -500,43 +574,29 @@ void Dist::wait_for_var(DistVar v) {
 
 void Dist::wait_for_all() {
   detail::DistImpl& d = *impl_;
+  // The check comes first: where the ranks' books differ, the local wait
+  // could wait for a transfer that no rank will make, and a failed verdict
+  // fails every receive before the wait begins.
+  const std::exception_ptr verdict = d.check_sequences();
+  if (verdict) d.progress_->fail(verdict);
   std::exception_ptr error;
   try {
     d.engine_.wait_for_all();
   } catch (...) {
     error = std::current_exception();
   }
-  // Instead of a plain barrier (it is one), every rank learns the lowest
-  // rank where a push failed, if any: the ranks that did not hear of it yet
-  // must not return with values that a failed push left stale.
-  int lowest = d.size_;
-  if (std::exception_ptr failure = d.progress_->failure()) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const RemoteError& e) {
-      lowest = e.rank();
-    } catch (...) {
-    }
-  }
-  d.progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
-    MPI_Iallreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm, r);
-  });
-  if (lowest < d.size_) {
-    // Its report was sent before that rank entered this collective: it is
-    // on its way if it has not landed yet.
-    std::exception_ptr failure = d.progress_->wait_failure(std::chrono::seconds(1));
-    if (!failure) {
-      failure = std::make_exception_ptr(RemoteError(
-          lowest, "ordo::dist: rank " + std::to_string(lowest) + ": a push failed there (its report has not reached rank " +
-                      std::to_string(d.rank_) + ")"));
-    }
-    std::rethrow_exception(failure);
-  }
+  if (verdict) std::rethrow_exception(verdict);  // on every rank alike: no barrier is owed
+  // Every rank's pushes have finished everywhere once every rank is here.
+  d.progress_->collective([](MPI_Comm comm, MPI_Request* r) { MPI_Ibarrier(comm, r); });
   if (error) std::rethrow_exception(error);
 }
 
 void Dist::barrier() {
-  impl_->progress_->collective([](MPI_Comm comm, MPI_Request* r) { MPI_Ibarrier(comm, r); });
+  // The check's allreduce is a barrier itself.
+  if (const std::exception_ptr verdict = impl_->check_sequences()) {
+    impl_->progress_->fail(verdict);
+    std::rethrow_exception(verdict);
+  }
 }
 
 void Dist::allreduce_sum(std::span<std::uint64_t> values) {

@@ -20,6 +20,7 @@ struct Progress::Command {
   int dest = 0;
   std::vector<std::byte> message;
   Key key;
+  Stamp stamp;  // kWant
   Target target;
   OnComplete done;
   const std::function<void(MPI_Comm, MPI_Request*)>* start = nullptr;
@@ -92,7 +93,7 @@ void Progress::send(int dest, std::vector<std::byte> message) {
   cv_.notify_all();
 }
 
-void Progress::want(const Key& key, Target target, OnComplete done) {
+void Progress::want(const Key& key, Stamp stamp, Target target, OnComplete done) {
   // Begun in the receive op's body; ends when the value is delivered.
   const std::uint64_t slice = prof_ != nullptr ? profile_begin("recv", key.source, key.var_id, key.seq, target.size) : 0;
   {
@@ -100,6 +101,7 @@ void Progress::want(const Key& key, Target target, OnComplete done) {
     Command c;
     c.kind = Command::kWant;
     c.key = key;
+    c.stamp = stamp;
     c.target = target;
     c.done = done;
     c.slice = slice;
@@ -147,14 +149,29 @@ std::exception_ptr Progress::wait_failure(std::chrono::milliseconds limit) {
   return failure_;
 }
 
-void Progress::fail_wants() {
+void Progress::fail_wants(const std::exception_ptr& error) {
   // The books differ from here on: a receive may wait for a send that no
-  // rank will make. Every one fails now, with the failure; new ones at once.
-  const std::exception_ptr error = failure();
+  // rank will make. Every one fails now, with the first error; new ones at once.
+  if (receive_error_ != nullptr) return;
+  receive_error_ = error;
   std::map<Key, Wanted> wants;
   wants.swap(wants_);
   for (auto& [key, w] : wants) w.done(error);
   early_.clear();
+}
+
+void Progress::mismatch(const Key& key, const Envelope& h, const Stamp& mine, const OnComplete& done) {
+  const std::uint64_t first = std::min(h.push, mine.push);
+  const std::string what =
+      "ordo::dist: rank " + std::to_string(rank_) + ": the ranks pushed different sequences of ops: transfer #" +
+      std::to_string(key.seq) + " of variable " + std::to_string(key.var_id) + " from rank " +
+      std::to_string(key.source) + " was made by its push #" + std::to_string(h.push) + " and here by push #" +
+      std::to_string(mine.push) + (h.push == mine.push ? ", after different pushes" : "") +
+      ", so the sequences first differ at or before push #" + std::to_string(first) +
+      "; every receive of this rank fails from here on";
+  const std::exception_ptr error = std::make_exception_ptr(DivergedError(key.source, first, what));
+  done(error);
+  fail_wants(error);
 }
 
 void Progress::collective(const std::function<void(MPI_Comm, MPI_Request*)>& start) {
@@ -211,8 +228,8 @@ void Progress::run_command(Command& c) {
       break;
     }
     case Command::kWant: {
-      if (failed()) {
-        c.done(failure());
+      if (receive_error_ != nullptr) {
+        c.done(receive_error_);
         break;
       }
       auto it = early_.find(c.key);
@@ -221,9 +238,9 @@ void Progress::run_command(Command& c) {
         early_.erase(it);
         Envelope h;
         std::memcpy(&h, message.data(), sizeof h);
-        deliver(h, std::move(message), c.target, c.done, c.slice);
+        deliver(c.key, h, std::move(message), Wanted{c.stamp, c.target, c.done, c.slice});
       } else {
-        wants_.emplace(c.key, Wanted{c.target, c.done, c.slice});
+        wants_.emplace(c.key, Wanted{c.stamp, c.target, c.done, c.slice});
       }
       break;
     }
@@ -232,7 +249,7 @@ void Progress::run_command(Command& c) {
       break;
     }
     case Command::kFail:
-      fail_wants();
+      fail_wants(failure());
       break;
     case Command::kCollective: {
       Slot s;
@@ -326,12 +343,12 @@ void Progress::arrived(int source, std::vector<std::byte> message) {
       keep_failure(std::make_exception_ptr(RemoteError(h.origin, std::string(text, message.size() - sizeof h))));
     }
     cv_.notify_all();
-    fail_wants();
+    fail_wants(failure());
     return;
   }
   const Key key{source, h.var_id, h.seq};
   if (discarded_.erase(key) != 0) return;
-  if (failed()) return;  // no receive will want it: each fails at once (fail_wants)
+  if (receive_error_ != nullptr) return;  // no receive will want it: each fails at once (fail_wants)
   auto it = wants_.find(key);
   if (it == wants_.end()) {
     counters_.early_messages.fetch_add(1, std::memory_order_relaxed);
@@ -340,17 +357,28 @@ void Progress::arrived(int source, std::vector<std::byte> message) {
   }
   Wanted w = std::move(it->second);
   wants_.erase(it);
-  deliver(h, std::move(message), w.target, w.done, w.slice);
+  deliver(key, h, std::move(message), w);
 }
 
-void Progress::deliver(const Envelope& h, std::vector<std::byte> message, const Target& target,
-                       const OnComplete& done, std::uint64_t slice) {
+void Progress::deliver(const Key& key, const Envelope& h, std::vector<std::byte> message, const Wanted& w) {
   const std::byte* payload = message.data() + sizeof(Envelope);
   const std::size_t size = message.size() - sizeof(Envelope);
+  const Target& target = w.target;
+  const OnComplete& done = w.done;
+  // The same transfer key from a different push: the ranks' sequences
+  // differ, and this value (or error) is not the one the books expect.
+  const bool same_push = h.push == w.stamp.push && h.hash == w.stamp.hash;
   // The receive op finishes here (or the post that loads a codec's value is
   // pushed here): what the transfer released, an arrow in the trace.
-  if (slice != 0) ordo::detail::profile_slice_end(prof_, slice, h.status == Envelope::kOk ? static_cast<std::int64_t>(size) : -1);
-  const ordo::detail::ProfileReleaseScope released(prof_, slice);
+  if (w.slice != 0) {
+    ordo::detail::profile_slice_end(prof_, w.slice,
+                                    same_push && h.status == Envelope::kOk ? static_cast<std::int64_t>(size) : -1);
+  }
+  const ordo::detail::ProfileReleaseScope released(prof_, w.slice);
+  if (!same_push) {
+    mismatch(key, h, w.stamp, done);
+    return;
+  }
   if (h.status != Envelope::kOk) {
     done(std::make_exception_ptr(
         RemoteError(h.origin, std::string(reinterpret_cast<const char*>(payload), size))));

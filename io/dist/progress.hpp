@@ -38,8 +38,9 @@ namespace ordo::dist::detail {
 /// serves all of them.
 struct Envelope {
   std::uint64_t var_id = 0;
-  std::uint64_t version = 0;   ///< writes pushed on the variable before this value (informational)
   std::uint64_t seq = 0;       ///< the variable's transfer number: (source, var_id, seq) is unique
+  std::uint64_t push = 0;      ///< the sender's push that made this transfer (Sequence::pushes then)
+  std::uint64_t hash = 0;      ///< the sender's running hash after that push (Sequence::hash)
   std::uint64_t size = 0;      ///< payload bytes
   std::int32_t status = 0;     ///< kOk, or kFailed: the payload is the error's what()
   std::int32_t origin = 0;     ///< the rank where the failure happened (kFailed)
@@ -49,7 +50,7 @@ struct Envelope {
   /// books differ from there on. Not a transfer: var_id and seq are 0.
   static constexpr std::int32_t kPushFailed = 2;
 };
-static_assert(sizeof(Envelope) == 40);
+static_assert(sizeof(Envelope) == 48);
 
 inline constexpr int kDataTag = 7;
 
@@ -58,6 +59,14 @@ struct Target {
   void* data = nullptr;   ///< a flat buffer of `size` bytes, or
   std::size_t size = 0;
   const Codec* codec = nullptr;  ///< a codec (load posted to the engine)
+};
+
+/// The push that made a transfer, as the receiving rank's books saw it: the
+/// sender's books made the same transfer at the same push, with the same
+/// history, unless the ranks pushed different sequences.
+struct Stamp {
+  std::uint64_t push = 0;
+  std::uint64_t hash = 0;
 };
 
 /// Identifies one transfer on the receiving side.
@@ -90,8 +99,11 @@ class Progress {
   /// Sends `message` (an Envelope and its payload) to `dest`; detached: the
   /// caller is done with it.
   void send(int dest, std::vector<std::byte> message);
-  /// The receive op of `key` has started: deliver into `target` and call `done`.
-  void want(const Key& key, Target target, OnComplete done);
+  /// The receive op of `key`, made by the push `stamp`, has started: deliver
+  /// into `target` and call `done`. A message whose envelope names another
+  /// push or history is not delivered: the receive fails with a
+  /// DivergedError, and so does every receive after it.
+  void want(const Key& key, Stamp stamp, Target target, OnComplete done);
   /// The receive op of `key` was skipped: drop its message.
   void discard(const Key& key);
   /// A push failed (here, or on the rank a kPushFailed envelope came from):
@@ -127,15 +139,19 @@ class Progress {
   struct Slot;
   /// Keeps `error` as the failure unless one is kept already (mu_ held).
   void keep_failure(std::exception_ptr error) noexcept;
-  /// Fails every pending want with the kept failure (progress thread).
-  void fail_wants();
+  /// Fails every pending want, and every later one, with `error` unless they
+  /// fail already (progress thread).
+  void fail_wants(const std::exception_ptr& error);
+  /// A message met a want made by another push (progress thread): fails
+  /// that receive and every other one with a DivergedError.
+  void mismatch(const Key& key, const Envelope& h, const Stamp& mine, const OnComplete& done);
   void loop();
   void run_command(Command& c);
   void post_receives();
   bool test_requests();
   void arrived(int source, std::vector<std::byte> message);
-  void deliver(const Envelope& h, std::vector<std::byte> message, const Target& target, const OnComplete& done,
-               std::uint64_t slice);
+  struct Wanted;
+  void deliver(const Key& key, const Envelope& h, std::vector<std::byte> message, const Wanted& w);
   void check(int rc, const char* call) const;
 
   /// Begins a transfer's slice in the engine's trace (profiling on only).
@@ -168,13 +184,19 @@ class Progress {
   std::vector<MPI_Request> requests_;
   std::vector<Slot> slots_;  // slots_[i] describes requests_[i]
   std::map<Key, std::vector<std::byte>> early_;  // arrived before their want
-  struct Wanted {
+  struct Wanted {  // a receive op that has started and waits for its message
+    Stamp stamp;
     Target target;
     OnComplete done;
     std::uint64_t slice = 0;  ///< its slice in the trace (0: none)
   };
   std::map<Key, Wanted> wants_;
   std::set<Key> discarded_;
+  /// Once set, every receive completes with it at once: a failed push (the
+  /// Dist's failure) or a transfer from another push (mismatch). A mismatch
+  /// alone does not fail the Dist's pushes: only a collective check does,
+  /// on every rank alike.
+  std::exception_ptr receive_error_;
   std::size_t sends_in_flight_ = 0;
   int shutdown_phase_ = 0;  // 0 running, 1 waiting for sends, 2 barrier posted, 3 barrier done
 
