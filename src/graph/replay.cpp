@@ -358,9 +358,35 @@ OpRecord* make_op(ReplayState* s, std::uint32_t i) {
   return op;
 }
 
-/// Ops the replaying thread makes before it hands them on: one batch to
-/// one worker's deque (a size, not tuned).
-constexpr std::size_t kStartBatch = 16;
+/// Variables per starter (a size, not tuned): the replaying thread hands
+/// the ops that start on them to a worker, which makes and dispatches them.
+constexpr std::size_t kStartBatch = 32;
+std::size_t starter_count(std::size_t vars) noexcept { return (vars + kStartBatch - 1) / kStartBatch; }
+
+/// A starter's body: the recorded ops that start on variables [begin, end)
+/// granted inside the holders' push, made and dispatched from a worker. It
+/// counts in the replay's `pending` (the replay outlives it).
+struct StartRun {
+  ReplayState* s;
+  std::uint32_t begin, end;
+  StartRun(ReplayState* st, std::uint32_t b, std::uint32_t e) noexcept : s(st), begin(b), end(e) {}
+  StartRun(StartRun&& o) noexcept : s(std::exchange(o.s, nullptr)), begin(o.begin), end(o.end) {}
+  StartRun(const StartRun&) = delete;
+  StartRun& operator=(const StartRun&) = delete;
+  StartRun& operator=(StartRun&&) = delete;
+  ~StartRun() {
+    if (s != nullptr) s->done();
+  }
+  void operator()(const RunContext& /*rc*/) const {
+    ReadyList ready;
+    for (std::uint32_t k = begin; k < end; ++k) {
+      if (s->held[k].at_push) count_down_entries(s, k, ready);
+    }
+    s->core->dispatch_ready(ready);
+  }
+};
+
+constexpr OpAttrs kStartAttrs{.name = "ordo::replay (starts its ops)"};
 
 constexpr OpAttrs kHoldAttrs{.name = "ordo::replay (holds its variables)"};
 
@@ -395,11 +421,27 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   s->holders.resize((nv + EngineCore::kMaxAccess - 1) / EngineCore::kMaxAccess);
   std::vector<OpRecord*> records;
   records.reserve(s->holders.size());
+  std::vector<OpRecord*> starters;
+  starters.reserve(starter_count(nv));
   auto free_records = [&] {
     for (OpRecord* r : records) op_free(r);
+    for (OpRecord* r : starters) {
+      r->fn.reset();
+      op_free(r);
+    }
   };
   std::size_t bad = nv;
   try {
+    for (std::size_t k = 0; k < nv; k += kStartBatch) {
+      OpRecord* op = op_alloc();
+      starters.push_back(op);
+      op->fn.emplace(StartRun(s, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(std::min(nv, k + kStartBatch))));
+      op->kind = OpKind::fn;
+      op->traits = kNoTraits;
+      core->prepare(op, Context::cpu(), 0, kStartAttrs);
+      op->wait.store(0, std::memory_order_relaxed);
+      op->counted = true;
+    }
     for (std::size_t c = 0; c < s->holders.size(); ++c) {
       HoldChunk& chunk = s->holders[c];
       chunk.granted = &hold_granted;
@@ -411,7 +453,7 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       chunk.op->traits = kHolder;
       chunk.op->aux = static_cast<HolderHooks*>(&chunk);
     }
-    bad = core->submit_holders(records.data(), g.specs.data(), nv, kHoldAttrs, n);
+    bad = core->submit_holders(records.data(), g.specs.data(), nv, kHoldAttrs, n + starters.size());
   } catch (...) {
     free_records();
     throw;
@@ -423,28 +465,13 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
                                        node_label(*g.nodes[use.first_op], use.first_op) + " was deleted");
   }
 
-  // The ops that start on variables granted at push, and those with no
-  // variables, dispatched as they are made, a few at a time (each batch to
-  // the next worker's deque: a replay that starts wide is spread at once).
+  // The ops that start on variables granted at push are made by the
+  // starters, on the workers (each starter to the next worker's deque: a
+  // replay that starts wide is spread at once); those without variables here.
   const EngineCore::Call call(core);  // the naive engine runs them here
+  for (OpRecord* op : starters) core->dispatch(op, Origin::completion);
   ReadyList ready;
-  std::size_t batched = 0;
-  auto start = [&](std::size_t more) {
-    batched += more;
-    if (batched < kStartBatch) return;
-    core->dispatch_ready(std::exchange(ready, ReadyList{}));
-    batched = 0;
-  };
-  for (const std::uint32_t i : g.free_ops) {
-    ready.push(make_op(s, i));
-    start(1);
-  }
-  for (std::size_t k = 0; k < nv; ++k) {
-    if (!s->held[k].at_push) continue;
-    const std::vector<std::uint32_t>& entry = g.vars[k].entry_ops;
-    count_down(s, entry.data(), entry.data() + entry.size(), ready);
-    start(entry.size());
-  }
+  for (const std::uint32_t i : g.free_ops) ready.push(make_op(s, i));
   core->dispatch_ready(ready);
 }
 
@@ -515,7 +542,7 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
         const GraphNode& node = *graph->nodes[retained];
         if (node.oper != nullptr) EngineExtension::retain_operator(engine, node.oper, node.oper_gen);
       }
-      s->pending.store(graph->sinks + 1, std::memory_order_relaxed);
+      s->pending.store(graph->sinks + starter_count(graph->vars.size()) + 1, std::memory_order_relaxed);
       push_held(core, *graph, s);
     } catch (...) {
       for (std::size_t i = 0; i < retained; ++i) {
