@@ -27,7 +27,10 @@ Runtime::Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOption
     for (int d = 0; d < m.logical; ++d) {
       const int phys = d % m.physical;
       auto make = [&](const std::string& what) {
-        StreamState st{m.backend->create_stream(phys), d, phys};
+        StreamState st;
+        st.handle = m.backend->create_stream(phys);
+        st.logical = d;
+        st.phys = phys;
         if (m.prof != nullptr) {
           st.trace = std::make_unique<StreamTrace>();
           st.trace->track = "gpu" + std::to_string(d) + " " + what;

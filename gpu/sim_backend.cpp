@@ -35,7 +35,9 @@ struct SimEvent {
   std::uint64_t low = 0;
   std::set<std::uint64_t> above;
   std::map<std::uint64_t, std::exception_ptr> failed;  ///< failures, by record
-  /// The latest record completed so far, and when its stream ran it.
+  /// The latest record completed so far, and when its stream ran it
+  /// (a timed event's only).
+  bool timed = false;
   std::uint64_t stamped = 0;
   std::chrono::steady_clock::time_point stamped_at{};
   int device = 0;
@@ -127,8 +129,9 @@ class SimStream {
           break;
         case Item::record: {
           delay();
-          const auto at = std::chrono::steady_clock::now();  // the time of the stream's work before it
           SimEvent& e = *item.event;
+          // The time of the stream's work before it (no lock: `timed` is set before any record).
+          const auto at = e.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
           std::lock_guard lock(e.mutex);
           e.complete(item.serial, error_, at);
           e.cv.notify_all();  // under the lock: the event may be destroyed as soon as it is released
@@ -191,10 +194,11 @@ class SimBackend final : public Backend {
     return new SimStream(device, opts_.max_delay, opts_.seed * 0x9E3779B97F4A7C15ULL + n);
   }
   void destroy_stream(StreamHandle s) noexcept override { delete static_cast<SimStream*>(s); }
-  EventHandle create_event(int device, bool, bool) override {
+  EventHandle create_event(int device, bool, bool timed) override {
     check(device);
     auto* e = new SimEvent;
     e->device = device;
+    e->timed = timed;
     return e;
   }
   void destroy_event(EventHandle e) noexcept override { delete static_cast<SimEvent*>(e); }
@@ -236,8 +240,8 @@ class SimBackend final : public Backend {
   std::chrono::steady_clock::time_point completed_at(int, EventHandle event) override {
     auto* e = static_cast<SimEvent*>(event);
     std::lock_guard lock(e->mutex);
-    if (e->stamped != e->recorded || e->stamped == 0) {
-      throw GpuError(600, "simErrorNotReady", "completed_at: the event's latest record has not completed");
+    if (!e->timed || e->stamped != e->recorded || e->stamped == 0) {
+      throw GpuError(600, "simErrorNotReady", "completed_at: the event is untimed, or its latest record has not completed");
     }
     return e->stamped_at;
   }

@@ -179,7 +179,8 @@ struct CriticalStep {
 /// The chain of dependent ops, io requests, GPU work and transfers that
 /// bounded the run: from the work that finished last, back through what
 /// each step waited for (the op whose completion made it ready, the request
-/// whose delivery finished or pushed it, the op that began a request).
+/// whose delivery finished or pushed it, the GPU work whose fence held it,
+/// the op that began a request, the GPU work a stream ran or waited for first).
 struct CriticalPath {
   std::vector<CriticalStep> steps;  ///< first to last
   /// Time the chain covers: each step's time not overlapping the step before.
