@@ -4,6 +4,7 @@
 // name and the call site.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -63,6 +64,13 @@ class CudaBackend final : public Backend {
       devices_ = n;
     }
   }
+  ~CudaBackend() override {
+    for (const Anchor& a : anchors_) {
+      if (a.event != nullptr) (void)cudaEventDestroy(a.event);
+    }
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
   const char* name() const noexcept override { return "cuda"; }
   int device_count() const noexcept override { return devices_; }
   std::string unavailable_reason() const override { return reason_; }
@@ -86,10 +94,12 @@ class CudaBackend final : public Backend {
     (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s));
     (void)cudaStreamDestroy(static_cast<cudaStream_t>(s));
   }
-  EventHandle create_event(int device, bool blocking_sync) override {
+  EventHandle create_event(int device, bool blocking_sync, bool timed) override {
     ORDO_CUDA_CHECK(cudaSetDevice(device));
+    if (timed) anchor(device);
     cudaEvent_t e = nullptr;
-    const unsigned flags = cudaEventDisableTiming | (blocking_sync ? cudaEventBlockingSync : 0U);
+    // Untimed events are cheaper to record and query.
+    const unsigned flags = (timed ? 0U : cudaEventDisableTiming) | (blocking_sync ? cudaEventBlockingSync : 0U);
     ORDO_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
     return e;
   }
@@ -114,6 +124,14 @@ class CudaBackend final : public Backend {
   void synchronize_stream(StreamHandle stream) override {
     const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess) fail_async(e, "cudaStreamSynchronize");
+  }
+
+  std::chrono::steady_clock::time_point completed_at(int device, EventHandle event) override {
+    const Anchor a = anchor(device);
+    float ms = 0;
+    ORDO_CUDA_CHECK(cudaEventElapsedTime(&ms, a.event, static_cast<cudaEvent_t>(event)));
+    return a.at + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double, std::milli>(ms));
   }
 
   void host_task(StreamHandle stream, HostFn fn) override {
@@ -165,10 +183,47 @@ class CudaBackend final : public Backend {
     std::rethrow_exception(error);
   }
 
+  /// A device's reference point: event times are measured from it
+  /// (cudaEventElapsedTime) and placed on the host's clock by its host time.
+  struct Anchor {
+    cudaEvent_t event = nullptr;
+    std::chrono::steady_clock::time_point at{};
+  };
+
+  /// The device's anchor, made by the first call: an event recorded on an
+  /// idle stream and queried until it completed, placed midway between the
+  /// record call and the query that saw it done.
+  Anchor anchor(int device) {
+    std::lock_guard lock(anchor_mutex_);
+    if (anchors_.size() <= static_cast<std::size_t>(device)) anchors_.resize(static_cast<std::size_t>(device) + 1);
+    Anchor& a = anchors_[static_cast<std::size_t>(device)];
+    if (a.event != nullptr) return a;
+    ORDO_CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t s = nullptr;
+    ORDO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e = nullptr;
+    cudaError_t rc = cudaEventCreate(&e);
+    const auto before = std::chrono::steady_clock::now();
+    if (rc == cudaSuccess) rc = cudaEventRecord(e, s);
+    while (rc == cudaSuccess && (rc = cudaEventQuery(e)) == cudaErrorNotReady) {
+    }
+    const auto after = std::chrono::steady_clock::now();
+    (void)cudaStreamDestroy(s);
+    if (rc != cudaSuccess) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+      fail(rc, "the profiler's reference event (cudaEventCreate/Record/Query)");
+    }
+    a.event = e;
+    a.at = before + (after - before) / 2;
+    return a;
+  }
+
   int devices_ = 0;
   std::string reason_;
   std::mutex mutex_;
   std::vector<std::pair<cudaError_t, std::exception_ptr>> async_errors_;  ///< guarded by mutex_
+  std::mutex anchor_mutex_;
+  std::vector<Anchor> anchors_;  ///< per physical device, set once (guarded by anchor_mutex_)
 };
 
 }  // namespace

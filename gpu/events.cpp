@@ -23,11 +23,12 @@ Event* Runtime::Impl::acquire(int phys) {
       e->error = nullptr;
       e->stream = nullptr;
       e->host_count = 0;
+      e->slice = 0;
       return e;
     }
   }
   auto ev = std::make_unique<Event>();
-  ev->handle = backend->create_event(phys, opts.watch == WatchMode::blocking_sync);
+  ev->handle = backend->create_event(phys, opts.watch == WatchMode::blocking_sync, prof != nullptr);
   ev->phys = phys;
   ev->refs.store(1, std::memory_order_relaxed);
   n_events.fetch_add(1, std::memory_order_relaxed);

@@ -25,6 +25,7 @@ detail::PlanPtr Runtime::make_plan(Context ctx, VarSpan reads, VarSpan writes, c
 
 void Runtime::fill_plan(OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
   plan.prop = attrs.prop;
+  plan.name = attrs.name;
   plan.access.clear();
   plan.access.reserve(reads.size() + writes.size());
   for (const Var& v : writes) plan.access.push_back({&engine_.fence_slot(v), true});
@@ -39,7 +40,7 @@ void Runtime::fill_plan(OpPlan& plan, VarSpan reads, VarSpan writes, const OpAtt
 
 // ------------------------------------------------------------------ a GPU op's waits and fence
 
-Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exception_ptr& error) noexcept {
+Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, OpSlice& slice, std::exception_ptr& error) noexcept {
   Impl& m = *impl_;
   StreamState* s = m.pick(rc.ctx.device_id, plan.prop, rc.worker);
   m.n_ops.fetch_add(1, std::memory_order_relaxed);
@@ -70,11 +71,12 @@ Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, std::exceptio
   } catch (...) {
     error = std::current_exception();
   }
+  if (m.prof != nullptr && !error) [[unlikely]] m.begin_slice(s, plan, waits, slice);
   for (Event* e : waits) m.unref(e);
   return Stream(this, s);
 }
 
-void Runtime::end_op(const Stream& s, const OpPlan& plan, std::exception_ptr& error) noexcept {
+void Runtime::end_op(const Stream& s, const OpPlan& plan, OpSlice& slice, std::exception_ptr& error) noexcept {
   Impl& m = *impl_;
   // A launch that failed enqueued nothing; what else the body enqueued is
   // fenced as usual below, and the op fails with the launch's error.
@@ -84,9 +86,12 @@ void Runtime::end_op(const Stream& s, const OpPlan& plan, std::exception_ptr& er
     if (!error) error = std::current_exception();
   }
   Event* ev = nullptr;
+  Event* recorded = nullptr;
   try {
     ev = m.acquire(s.st_->phys);
     m.record_on(s.st_, ev);
+    recorded = ev;
+    ev->slice = slice.id;  // before the fence shares it
     std::lock_guard lock(m.fence_mutex);
     for (const auto& a : plan.access) {
       Fence* f = Impl::fence_of(a.slot);
@@ -120,6 +125,7 @@ void Runtime::end_op(const Stream& s, const OpPlan& plan, std::exception_ptr& er
     } catch (...) {
     }
   }
+  if (slice.id != 0) [[unlikely]] m.end_slice(slice, recorded);
   if (ev != nullptr) m.unref(ev);
 }
 

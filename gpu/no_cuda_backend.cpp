@@ -18,13 +18,14 @@ class NoCudaBackend final : public Backend {
   std::string unavailable_reason() const override { return kReason; }
   StreamHandle create_stream(int) override { fail(); }
   void destroy_stream(StreamHandle) noexcept override {}
-  EventHandle create_event(int, bool) override { fail(); }
+  EventHandle create_event(int, bool, bool) override { fail(); }
   void destroy_event(EventHandle) noexcept override {}
   void record(EventHandle, StreamHandle) override { fail(); }
   void wait(StreamHandle, EventHandle) override { fail(); }
   bool query(EventHandle) override { fail(); }
   void synchronize(EventHandle) override { fail(); }
   void synchronize_stream(StreamHandle) override { fail(); }
+  std::chrono::steady_clock::time_point completed_at(int, EventHandle) override { fail(); }
   void host_task(StreamHandle, HostFn) override { fail(); }
   void copy(void*, const void*, std::size_t, StreamHandle) override { fail(); }
   void* alloc_device(int, std::size_t) override { fail(); }

@@ -8,6 +8,10 @@ namespace ordo::gpu {
 detail::PlanPtr Runtime::operator_plan(VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
   detail::PlanPtr plan(new OpPlan);
   fill_plan(*plan, reads, writes, attrs);
+  if (plan->name != nullptr) {
+    plan->owned_name = plan->name;  // the caller's name may go before the operator
+    plan->name = plan->owned_name.c_str();
+  }
   return plan;
 }
 

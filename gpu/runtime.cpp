@@ -26,11 +26,22 @@ Runtime::Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOption
   try {
     for (int d = 0; d < m.logical; ++d) {
       const int phys = d % m.physical;
-      auto make = [&] { return StreamState{m.backend->create_stream(phys), d, phys}; };
+      auto make = [&](const std::string& what) {
+        StreamState st;
+        st.handle = m.backend->create_stream(phys);
+        st.logical = d;
+        st.phys = phys;
+        if (m.prof != nullptr) {
+          st.trace = std::make_unique<StreamTrace>();
+          st.trace->track = "gpu" + std::to_string(d) + " " + what;
+          st.trace->work = what.starts_with("copy") ? "copy" : "kernel";
+        }
+        return st;
+      };
       Impl::DeviceStreams& ds = m.devices[static_cast<std::size_t>(d)];
-      for (unsigned i = 0; i < n; ++i) ds.compute.push_back(make());
-      ds.h2d = make();
-      ds.d2h = make();
+      for (unsigned i = 0; i < n; ++i) ds.compute.push_back(make("compute " + std::to_string(i)));
+      ds.h2d = make("copy h2d");
+      ds.d2h = make("copy d2h");
     }
   } catch (...) {
     for (auto& ds : m.devices) {

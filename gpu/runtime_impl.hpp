@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "ordo/detail/extension.hpp"
 #include "ordo/fence.hpp"
 #include "ordo/gpu.hpp"
 
@@ -39,11 +40,22 @@ struct HostState {
   std::exception_ptr error;
 };
 
+/// A stream's track in the engine's trace (gpu/trace.cpp); made only when
+/// profiling is on.
+struct StreamTrace {
+  std::string track;         ///< "gpu0 compute 1", "gpu0 copy h2d", ...
+  const char* work;          ///< what an unnamed op's work is called: "kernel" or "copy"
+  /// The slice of the op that began on the stream last: the work before
+  /// the next one's (relaxed: the profiler's only, exchanged by each op).
+  std::atomic<std::uint64_t> last_slice{0};
+};
+
 struct StreamState {
   void* handle = nullptr;
   int logical = 0;
   int phys = 0;
   std::unique_ptr<HostState> host = std::make_unique<HostState>();
+  std::unique_ptr<StreamTrace> trace;  ///< profiling only; immutable after construction
 };
 
 /// A pooled backend event. One recording per use: an event goes back to the
@@ -64,6 +76,9 @@ struct Event {
   /// forward only (until the event is recycled); acquire/release with `error`.
   std::atomic<int> state{0};
   std::exception_ptr error;
+  /// The trace's slice of the GPU op this event ends (profiling; 0: none).
+  /// Written with `stream`.
+  std::uint64_t slice = 0;
   Event* next_free = nullptr;  ///< pool free list (guarded by the pool mutex)
 };
 
@@ -83,6 +98,10 @@ struct OpPlan {
   };
   std::vector<Access> access;
   FnProperty prop = FnProperty::normal;
+  /// OpAttrs::name, for the trace: the pushed op's own (it outlives the
+  /// op), or an operator's copy in `owned_name`.
+  const char* name = nullptr;
+  std::string owned_name;
 };
 
 }  // namespace detail
@@ -91,7 +110,9 @@ using detail::Event;
 using detail::Fence;
 using detail::HostState;
 using detail::OpPlan;
+using detail::OpSlice;
 using detail::StreamState;
+using detail::StreamTrace;
 
 /// The runtime's state, and the FenceGate it installs on its engine.
 struct Runtime::Impl final : FenceGate {
@@ -106,6 +127,12 @@ struct Runtime::Impl final : FenceGate {
     HeldOp held;
     std::function<void(std::exception_ptr)> then;
     std::exception_ptr error;
+    /// Profiling: a GPU op's slice, timed by events[0] (its start) and
+    /// events[1] (its end); `then` and `held` are empty.
+    std::uint64_t slice = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t seq = 0;  ///< watch() order
+    bool barrier = false;   ///< wait_idle's: finished only after every older item
   };
 
   Impl(Runtime& rt, Engine& e, std::unique_ptr<Backend> b, RuntimeOptions o)
@@ -115,6 +142,8 @@ struct Runtime::Impl final : FenceGate {
   Engine& engine;
   std::unique_ptr<Backend> backend;
   RuntimeOptions opts;
+  /// The engine's profiler (null: off), fixed for the engine's life.
+  ordo::detail::ProfilerCore* const prof = ordo::detail::EngineExtension::profiler(engine);
   int logical = 0;
   int physical = 0;
   std::vector<DeviceStreams> devices;  ///< immutable after construction
@@ -134,6 +163,7 @@ struct Runtime::Impl final : FenceGate {
   std::condition_variable drained_cv;
   std::vector<Pending> incoming;  ///< guarded by watch_mutex
   std::size_t pending = 0;        ///< incoming + being watched (guarded by watch_mutex)
+  std::uint64_t watch_seq = 0;    ///< Pending::seq handed out (guarded by watch_mutex)
   bool stop = false;              ///< guarded by watch_mutex
   std::thread watcher;
 
@@ -222,6 +252,19 @@ struct Runtime::Impl final : FenceGate {
   /// records an event on every stream and waits, asleep, until the watcher
   /// has seen them all finish (and noted their failures).
   void wait_idle() override;
+
+  // ---- the trace (gpu/trace.cpp; profiling on only)
+  /// After `s` was made to wait for `waits`: begins the op's slice and
+  /// records its start event.
+  void begin_slice(StreamState* s, const OpPlan& plan, const std::vector<Event*>& waits, OpSlice& slice) noexcept;
+  /// After the op's end event `end` was recorded (null: it was not):
+  /// hands the slice to the watcher, which times it once `end` completed.
+  void end_slice(OpSlice& slice, Event* end) noexcept;
+  /// A finished watcher item: its slice's times, or arrows from the GPU
+  /// work whose fences held an op to that op. Before its events are unref'd.
+  void trace_finished(const Pending& p) noexcept;
+  /// Stream::copy during a GPU op's body: counted as the op's bytes.
+  static void note_copy(std::size_t bytes) noexcept;
 
   // ---- streams (gpu/runtime.cpp creates them)
   DeviceStreams& dev(int logical_device) { return devices[static_cast<std::size_t>(logical_device)]; }

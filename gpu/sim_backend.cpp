@@ -1,8 +1,10 @@
 // gpu/sim_backend.cpp - the simulated stream/event backend: each stream is a
-// FIFO of items run by its own thread; events are completion counters. Its
+// FIFO of items run by its own thread; events are completion counters,
+// stamped with the time their stream ran them (the trace's GPU work). Its
 // purpose is to make the gpu layer's ordering observable without a GPU:
 // random delays per item let a missing cross-stream wait, or a CPU read of
 // work that has not finished, produce a wrong result.
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -33,11 +35,20 @@ struct SimEvent {
   std::uint64_t low = 0;
   std::set<std::uint64_t> above;
   std::map<std::uint64_t, std::exception_ptr> failed;  ///< failures, by record
+  /// The latest record completed so far, and when its stream ran it
+  /// (a timed event's only).
+  bool timed = false;
+  std::uint64_t stamped = 0;
+  std::chrono::steady_clock::time_point stamped_at{};
   int device = 0;
 
   [[nodiscard]] bool completed(std::uint64_t serial) const { return serial <= low || above.count(serial) != 0; }
-  void complete(std::uint64_t serial, const std::exception_ptr& error) {
+  void complete(std::uint64_t serial, const std::exception_ptr& error, std::chrono::steady_clock::time_point at) {
     if (error) failed[serial] = error;
+    if (serial > stamped) {
+      stamped = serial;
+      stamped_at = at;
+    }
     above.insert(serial);
     while (!above.empty() && *above.begin() == low + 1) {
       low = *above.begin();
@@ -119,8 +130,10 @@ class SimStream {
         case Item::record: {
           delay();
           SimEvent& e = *item.event;
+          // The time of the stream's work before it (no lock: `timed` is set before any record).
+          const auto at = e.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
           std::lock_guard lock(e.mutex);
-          e.complete(item.serial, error_);
+          e.complete(item.serial, error_, at);
           e.cv.notify_all();  // under the lock: the event may be destroyed as soon as it is released
           break;
         }
@@ -181,10 +194,11 @@ class SimBackend final : public Backend {
     return new SimStream(device, opts_.max_delay, opts_.seed * 0x9E3779B97F4A7C15ULL + n);
   }
   void destroy_stream(StreamHandle s) noexcept override { delete static_cast<SimStream*>(s); }
-  EventHandle create_event(int device, bool) override {
+  EventHandle create_event(int device, bool, bool timed) override {
     check(device);
     auto* e = new SimEvent;
     e->device = device;
+    e->timed = timed;
     return e;
   }
   void destroy_event(EventHandle e) noexcept override { delete static_cast<SimEvent*>(e); }
@@ -223,6 +237,14 @@ class SimBackend final : public Backend {
     if (std::exception_ptr err = e->error_of(target)) std::rethrow_exception(err);
   }
   void synchronize_stream(StreamHandle stream) override { static_cast<SimStream*>(stream)->synchronize(); }
+  std::chrono::steady_clock::time_point completed_at(int, EventHandle event) override {
+    auto* e = static_cast<SimEvent*>(event);
+    std::lock_guard lock(e->mutex);
+    if (!e->timed || e->stamped != e->recorded || e->stamped == 0) {
+      throw GpuError(600, "simErrorNotReady", "completed_at: the event is untimed, or its latest record has not completed");
+    }
+    return e->stamped_at;
+  }
 
   void host_task(StreamHandle stream, HostFn fn) override {
     static_cast<SimStream*>(stream)->push(Item{Item::task, std::move(fn), nullptr, 0});

@@ -22,7 +22,9 @@ void Stream::host_task(HostFn fn) const {
   m.enqueue_host(st, [&m, st, fn = std::move(fn)](std::uint64_t k) { m.run_host(st, k, fn); });
 }
 void Stream::copy(void* dst, const void* src, std::size_t bytes) const {
-  rt_->impl_->backend->copy(dst, src, bytes, st_->handle);
+  Runtime::Impl& m = *rt_->impl_;
+  m.backend->copy(dst, src, bytes, st_->handle);
+  if (m.prof != nullptr) [[unlikely]] Runtime::Impl::note_copy(bytes);
 }
 
 Stream Runtime::stream(Context ctx, FnProperty prop, unsigned index) {

@@ -17,6 +17,7 @@ namespace ordo::gpu {
 void Runtime::Impl::watch(Pending p) noexcept {
   try {
     std::lock_guard lock(watch_mutex);
+    p.seq = ++watch_seq;
     incoming.push_back(std::move(p));
     ++pending;
     // Under the lock: once it is released the item may be finished and the
@@ -28,6 +29,7 @@ void Runtime::Impl::watch(Pending p) noexcept {
 }
 
 void Runtime::Impl::finish(Pending& p) noexcept {
+  if (prof != nullptr) [[unlikely]] trace_finished(p);
   for (Event* e : p.events) unref(e);
   p.events.clear();
   if (!p.held.empty()) {
@@ -53,6 +55,16 @@ void Runtime::Impl::watcher_main() {
       if (stop && local.empty()) return;
     }
     std::size_t done = 0;
+    auto remove = [&](std::size_t i) {
+      finish(local[i]);
+      if (i + 1 != local.size()) local[i] = std::move(local.back());
+      local.pop_back();
+      ++done;
+    };
+    // A wait_idle returns only once what was watched before it is finished
+    // too (the ops it held released, its GPU work in the trace): its events
+    // were recorded after theirs on every stream, yet may be seen first.
+    std::uint64_t oldest = ~std::uint64_t{0};  // of the items left, barriers aside
     for (std::size_t i = 0; i < local.size();) {
       Pending& p = local[i];
       while (p.next < p.events.size()) {
@@ -62,11 +74,16 @@ void Runtime::Impl::watcher_main() {
         if (s == 2 && !p.error) p.error = e->error;
         ++p.next;
       }
-      if (p.next == p.events.size()) {
-        finish(p);
-        if (i + 1 != local.size()) local[i] = std::move(local.back());
-        local.pop_back();
-        ++done;
+      if (p.next == p.events.size() && !p.barrier) {
+        remove(i);
+      } else {
+        if (!p.barrier) oldest = std::min(oldest, p.seq);
+        ++i;
+      }
+    }
+    for (std::size_t i = 0; i < local.size();) {
+      if (local[i].barrier && local[i].next == local[i].events.size() && local[i].seq < oldest) {
+        remove(i);
       } else {
         ++i;
       }
@@ -81,9 +98,10 @@ void Runtime::Impl::watcher_main() {
     if (local.empty()) continue;
     // Nothing finished this round.
     if (opts.watch == WatchMode::blocking_sync) {
-      Pending& p = local.front();
+      // Not a barrier whose events are done: it waits for an older item.
+      auto p = std::find_if(local.begin(), local.end(), [](const Pending& x) { return x.next < x.events.size(); });
       try {
-        backend->synchronize(p.events[p.next]->handle);  // yields the CPU until it completes
+        if (p != local.end()) backend->synchronize(p->events[p->next]->handle);  // yields the CPU until it completes
       } catch (...) {
         // the failure is picked up by the next status() query
       }
@@ -133,6 +151,7 @@ void Runtime::Impl::wait_idle() {
   bool done = false;
   Pending p;
   p.events = std::move(events);
+  p.barrier = true;
   p.then = [&](const std::exception_ptr&) {
     std::lock_guard lock(mutex);
     done = true;

@@ -5,6 +5,9 @@
 # BUILD/examples/gpu_train, BUILD/bench/ordo_gpu_bench). Writes one log per
 # step to OUT and prints each step's status and the tail of its log:
 #   gpu_test       every gpu test, the CUDA ones included (none may skip)
+#   gpu_trace      a loader's profile on CUDA, written to OUT/gpu_trace.json and
+#                  read back by the checks the simulated backend's trace passes
+#                  (GpuCudaTrace, tests/gpu/gpu_trace_check.hpp)
 #   gpu_train      the two-device training step on CUDA (--cuda: CUDA or fail)
 #   memcheck       compute-sanitizer memcheck over the CUDA tests and gpu_train
 #   synccheck      compute-sanitizer synccheck over the same
@@ -27,11 +30,18 @@ step() {  # name timeout_s command...
   tail -n "${TAIL:-12}" "$out/$name.log"
   [ "$rc" -eq 0 ] || status=1
 }
-# Under the sanitizers: the CUDA tests but those that fail CUDA calls on purpose.
-cuda_tests='GpuCuda*:*/GpuCudaKernels.*:GpuDifferentialCuda*:-*DeviceFault*:*LaunchError*'
+# Under the sanitizers: the CUDA tests but those that fail CUDA calls on purpose,
+# and the trace's, whose time checks assume the device runs at its own pace.
+cuda_tests='GpuCuda*:*/GpuCudaKernels.*:GpuDifferentialCuda*:-*DeviceFault*:*LaunchError*:GpuCudaTrace.*'
 TAIL=25 step gpu_test 240 "$build/tests/gpu_test"
 if grep -E "^\[  SKIPPED \] .*(GpuCuda|GpuDifferentialCuda)" "$out/gpu_test.log" | grep -v WithoutADevice; then
   echo "== gpu_test: CUDA tests skipped on a GPU machine"
+  status=1
+fi
+step gpu_trace 120 env ORDO_GPU_TRACE="$out/gpu_trace.json" "$build/tests/gpu_test" --gtest_filter='GpuCudaTrace.*'
+if ! grep -q '^\[  PASSED  \] 1 test\.' "$out/gpu_trace.log" || grep -q '^\[  SKIPPED \]' "$out/gpu_trace.log" ||
+  [ ! -s "$out/gpu_trace.json" ]; then
+  echo "== gpu_trace: GpuCudaTrace did not pass, or wrote no $out/gpu_trace.json"
   status=1
 fi
 TAIL=30 step gpu_train 120 "$build/examples/gpu_train" --cuda

@@ -22,7 +22,8 @@ namespace ordo {
 
 namespace detail {
 struct OpRecord;
-}
+class ProfilerCore;
+}  // namespace detail
 
 /// A variable's fence slot: null, or owned by the installed FenceGate.
 /// The gate writes it; the engine reads it (acquire) only to test for null.
@@ -58,6 +59,7 @@ class HeldOp {
 
  private:
   friend class detail_fence_access;
+  friend class detail::ProfilerCore;  // names the op in the trace (detail::profile_fence_release)
   explicit HeldOp(detail::OpRecord* op) noexcept : op_(op) {}
   detail::OpRecord* op_ = nullptr;
 };

@@ -69,6 +69,14 @@ namespace detail {
 struct StreamState;
 struct Event;
 struct OpPlan;
+/// A GPU op's work in the engine's trace; zero (and untouched) when
+/// profiling is off. Lives on the stack of the op's body.
+struct OpSlice {
+  std::uint64_t id = 0;       ///< the profiler's slice, 0: none
+  Event* start = nullptr;     ///< recorded on the op's stream before its work
+  std::uint64_t bytes = 0;    ///< copied by Stream::copy during the body
+  OpSlice* outer = nullptr;   ///< an enclosing op's, restored at the end (the naive engine nests bodies)
+};
 struct PlanDeleter {
   void operator()(OpPlan* p) const noexcept;
 };
@@ -189,7 +197,7 @@ class Runtime {
   [[nodiscard]] std::string unavailable_reason() const;
 
   /// Pushes a GPU op: `fn(const Stream&)` enqueues work on the stream and
-  /// returns; see WHEN IS A GPU OP DONE above. `ctx` must be a GPU context
+  /// returns; when it is done: the head of this file. `ctx` must be a GPU context
   /// of an existing logical device (else ordo::gpu::GpuError, named
   /// "cudaErrorNoDevice" / "cudaErrorInvalidDevice", from this call).
   template <class F>
@@ -273,14 +281,15 @@ class Runtime {
     D fn;
     void operator()(const RunContext& rc, OnComplete done) {
       std::exception_ptr error;
-      const Stream s = rt->begin_op(rc, *plan, error);
+      detail::OpSlice slice;
+      const Stream s = rt->begin_op(rc, *plan, slice, error);
       if (!error) {
         try {
           fn(s);
         } catch (...) {
           error = std::current_exception();
         }
-        rt->end_op(s, *plan, error);
+        rt->end_op(s, *plan, slice, error);
       }
       done(error);
     }
@@ -289,8 +298,9 @@ class Runtime {
   detail::PlanPtr make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   detail::PlanPtr operator_plan(VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void fill_plan(detail::OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
-  Stream begin_op(const RunContext& rc, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
-  void end_op(const Stream& s, const detail::OpPlan& plan, std::exception_ptr& error) noexcept;
+  Stream begin_op(const RunContext& rc, const detail::OpPlan& plan, detail::OpSlice& slice,
+                  std::exception_ptr& error) noexcept;
+  void end_op(const Stream& s, const detail::OpPlan& plan, detail::OpSlice& slice, std::exception_ptr& error) noexcept;
 
   Engine& engine_;
   std::unique_ptr<Impl> impl_;

@@ -93,12 +93,12 @@ struct DependencyEdge {
 struct SliceProfile {
   std::uint64_t id = 0;        ///< 1, 2, ... by begin time within this profile (args.slice in the trace)
   std::string category;        ///< "io", "gpu" or "transfer"
-  std::string name;            ///< the request or work: "read", "write", "open", "sleep_for", "kernel", "send", ...
-  std::string track;           ///< where it ran: "io_uring", "threads", "gpu0 stream 1", "rank 0", ...
-  std::int64_t begin_ns = -1;  ///< submitted (times as in OpProfile)
+  std::string name;            ///< the request or work: "read", "write", "open", "sleep_for", a GPU op's name, "send", ...
+  std::string track;           ///< where it ran: "io_uring", "threads", "gpu0 compute 1", "rank 0", ...
+  std::int64_t begin_ns = -1;  ///< submitted; GPU work: began on its stream (times as in OpProfile)
   std::int64_t end_ns = -1;    ///< delivered / finished; -1: not yet
-  std::uint64_t bytes = 0;     ///< bytes it was asked to move (0 where none)
-  std::int64_t result = 0;     ///< its outcome: bytes moved, an fd, 0, or -errno
+  std::uint64_t bytes = 0;     ///< bytes it was asked to move; GPU work: copied by Stream::copy (0 where none)
+  std::int64_t result = 0;     ///< its outcome: bytes moved, an fd, 0, or -errno; GPU work: 0, or -code of its failure
   std::uint64_t launched_by = 0;  ///< the op whose body began it (OpProfile::id), 0: none
   int thread = -1;             ///< thread that began it (index into ProfileData::threads)
   int end_thread = -1;         ///< thread that ended it
@@ -112,7 +112,16 @@ struct SliceProfile {
 struct SliceRelease {
   std::uint64_t slice = 0;  ///< SliceProfile::id
   std::uint64_t op = 0;     ///< OpProfile::id
-  bool at_end = false;      ///< true: it finished the op; false: it pushed the op
+  bool at_end = false;      ///< true: it finished the op; false: it pushed the op (or, fence: released it)
+  bool fence = false;       ///< GPU work: the op was held until the slice's work finished (ordo/fence.hpp)
+};
+
+/// GPU work that could not begin before other GPU work ended: its stream
+/// waited for the other's event (a variable both use), or ran it just before.
+struct SliceWait {
+  std::uint64_t before = 0;  ///< SliceProfile::id
+  std::uint64_t after = 0;
+  bool same_stream = false;  ///< stream order, not an event wait (no arrow in the trace)
 };
 
 /// Everything recorded, joined per op. Ops sorted by push time.
@@ -121,6 +130,7 @@ struct ProfileData {
   std::vector<DependencyEdge> edges;
   std::vector<SliceProfile> slices;          ///< sorted by begin time
   std::vector<SliceRelease> slice_releases;
+  std::vector<SliceWait> slice_waits;
   std::vector<std::string> threads;  ///< track names, "cpu/0", "thread 1 (main)", ...
   /// The profile's time 0 as a steady_clock (CLOCK_MONOTONIC) time: what
   /// puts the traces of several processes of one machine on one time line.
@@ -169,7 +179,8 @@ struct CriticalStep {
 /// The chain of dependent ops, io requests, GPU work and transfers that
 /// bounded the run: from the work that finished last, back through what
 /// each step waited for (the op whose completion made it ready, the request
-/// whose delivery finished or pushed it, the op that began a request).
+/// whose delivery finished or pushed it, the GPU work whose fence held it,
+/// the op that began a request, the GPU work a stream ran or waited for first).
 struct CriticalPath {
   std::vector<CriticalStep> steps;  ///< first to last
   /// Time the chain covers: each step's time not overlapping the step before.

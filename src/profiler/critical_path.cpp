@@ -32,15 +32,32 @@ CriticalPath critical_path(const ProfileData& d) {
 
   // What each op waited for last: the op whose completion made it ready
   // (its released edge), else the slice whose delivery finished it (an
-  // async op) or pushed it (a resumption, a callback). A wait_for_all is
-  // not work: it is neither a step nor an end.
+  // async op) or pushed it (a resumption, a callback); GPU work its fence
+  // held it for. A wait_for_all is not work: it is neither a step nor an end.
   std::vector<std::int64_t> ready_by(d.ops.size(), -1);  // op index
   std::vector<std::int64_t> finished_by(d.ops.size(), -1), pushed_by(d.ops.size(), -1);  // slice index
+  std::vector<std::int64_t> held_by(d.ops.size(), -1);  // slice index: the held op's last fence
+  // GPU work: the work its stream waited for or ran just before, last to end (slice index).
+  std::vector<std::int64_t> after(d.slices.size(), -1);
+  // Of two slices (indices, -1: none), the finished one that ended last.
+  auto later = [&](std::int64_t a, std::int64_t b) {
+    if (b < 0 || d.slices[static_cast<std::size_t>(b)].end_ns < 0) return a;
+    if (a < 0 || d.slices[static_cast<std::size_t>(a)].end_ns < d.slices[static_cast<std::size_t>(b)].end_ns) return b;
+    return a;
+  };
   for (const DependencyEdge& e : d.edges) {
     if (e.released) ready_by[e.to - 1] = static_cast<std::int64_t>(e.from - 1);
   }
   for (const SliceRelease& r : d.slice_releases) {
-    (r.at_end ? finished_by : pushed_by)[r.op - 1] = static_cast<std::int64_t>(r.slice - 1);
+    const auto s = static_cast<std::int64_t>(r.slice - 1);
+    if (r.fence) {
+      held_by[r.op - 1] = later(held_by[r.op - 1], s);
+    } else {
+      (r.at_end ? finished_by : pushed_by)[r.op - 1] = s;
+    }
+  }
+  for (const SliceWait& w : d.slice_waits) {
+    after[w.after - 1] = later(after[w.after - 1], static_cast<std::int64_t>(w.before - 1));
   }
 
   Node last{};
@@ -71,7 +88,14 @@ CriticalPath critical_path(const ProfileData& d) {
       out = Node{true, static_cast<std::size_t>(finished_by[i])};
       return true;
     }
-    if (ready_by[i] >= 0 && finished_op(d.ops[static_cast<std::size_t>(ready_by[i])])) {
+    const bool ready = ready_by[i] >= 0 && finished_op(d.ops[static_cast<std::size_t>(ready_by[i])]);
+    // Ready, then held by a fence: whichever ended last bounded it.
+    if (held_by[i] >= 0 && (!ready || d.slices[static_cast<std::size_t>(held_by[i])].end_ns >=
+                                          d.ops[static_cast<std::size_t>(ready_by[i])].end_ns)) {
+      out = Node{true, static_cast<std::size_t>(held_by[i])};
+      return true;
+    }
+    if (ready) {
       out = Node{false, static_cast<std::size_t>(ready_by[i])};
       return true;
     }
@@ -88,12 +112,19 @@ CriticalPath critical_path(const ProfileData& d) {
     bool more = false;
     if (!n.slice) {
       more = op_pred(n.index, false, p);
-    } else if (const std::uint64_t by = d.slices[n.index].launched_by; by != 0) {
-      const bool own = chain.size() >= 2 && !chain[chain.size() - 2].slice && chain[chain.size() - 2].index == by - 1;
-      if (own) {
-        more = op_pred(by - 1, true, p);  // the async op it finishes: what made that op ready
-      } else if (finished_op(d.ops[by - 1])) {
-        p = Node{false, by - 1};
+    } else {
+      if (const std::uint64_t by = d.slices[n.index].launched_by; by != 0) {
+        const bool own = chain.size() >= 2 && !chain[chain.size() - 2].slice && chain[chain.size() - 2].index == by - 1;
+        if (own) {
+          more = op_pred(by - 1, true, p);  // the async op it finishes: what made that op ready
+        } else if (finished_op(d.ops[by - 1])) {
+          p = Node{false, by - 1};
+          more = true;
+        }
+      }
+      // GPU work began once it was enqueued and the work before it ended.
+      if (const std::int64_t a = after[n.index]; a >= 0 && (!more || d.slices[static_cast<std::size_t>(a)].end_ns >= end_of(p))) {
+        p = Node{true, static_cast<std::size_t>(a)};
         more = true;
       }
     }

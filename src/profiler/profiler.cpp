@@ -10,6 +10,7 @@
 #include <new>
 
 #include "ordo/error.hpp"
+#include "ordo/fence.hpp"
 #include "core/worker_pool.hpp"
 
 namespace ordo::detail {
@@ -187,7 +188,7 @@ void ProfilerCore::on_push(OpRecord* op, const AccessSpec* specs, std::size_t n)
   const std::uint32_t name = intern(b, op->name);
   std::lock_guard lock(b->lock);  // once for the push and its accesses
   append(b, Event{t, op->prof_id, pack(kind, op), name, EventType::push, 0});
-  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, 0});
+  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, kLinkPush});
   for (std::size_t i = 0; i < n; ++i) {
     append(b, Event{t, op->prof_id, specs[i].var->id, specs[i].write ? 1U : 0U, EventType::access, 0});
   }
@@ -259,7 +260,7 @@ void ProfilerCore::on_end(const OpRecord* op, const ErrorRecord* own_error) noex
   if (b->running == op->prof_id) b->running = 0;
   std::lock_guard lock(b->lock);
   append(b, Event{t, op->prof_id, message, static_cast<std::uint32_t>(status), EventType::end, 0});
-  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, 1});
+  if (b->releasing != 0) append(b, Event{t, op->prof_id, b->releasing, 0, EventType::slice_link, kLinkEnd});
 }
 
 void ProfilerCore::on_wait_all(std::int64_t called) noexcept {
@@ -292,6 +293,30 @@ void ProfilerCore::slice_end(std::uint64_t slice, std::int64_t result) noexcept 
   record(EventType::slice_end, slice, now(), static_cast<std::uint64_t>(result), 0, 0);
 }
 
+void ProfilerCore::slice_end_at(std::uint64_t slice, std::chrono::steady_clock::time_point begin,
+                                std::chrono::steady_clock::time_point end, std::uint64_t bytes,
+                                std::int64_t result) noexcept {
+  if (slice == 0) return;
+  auto since_epoch = [&](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count();
+  };
+  ThreadBuffer* b = buffer();
+  if (b == nullptr) return;
+  std::lock_guard lock(b->lock);
+  append(b, Event{since_epoch(begin), slice, bytes, 0, EventType::slice_span, 0});
+  append(b, Event{since_epoch(end), slice, static_cast<std::uint64_t>(result), 0, EventType::slice_end, 0});
+}
+
+void ProfilerCore::slice_after(std::uint64_t slice, std::uint64_t before, bool same_stream) noexcept {
+  if (slice == 0 || before == 0) return;
+  record(EventType::slice_after, slice, 0, before, 0, same_stream ? std::uint8_t{1} : std::uint8_t{0});
+}
+
+void ProfilerCore::fence_release(std::uint64_t slice, const HeldOp& op) noexcept {
+  // Read before the release: the op may run, finish and be recycled after it.
+  if (slice != 0) record(EventType::slice_link, op.op_->prof_id, now(), slice, 0, kLinkFence);
+}
+
 void ProfilerCore::release_begin(std::uint64_t slice) noexcept {
   if (ThreadBuffer* b = buffer(); b != nullptr) b->releasing = slice;
 }
@@ -307,6 +332,17 @@ std::uint64_t profile_slice_begin(ProfilerCore* p, SliceCategory category, const
 }
 void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result) noexcept {
   p->slice_end(slice, result);
+}
+void profile_slice_end_at(ProfilerCore* p, std::uint64_t slice, std::chrono::steady_clock::time_point begin,
+                          std::chrono::steady_clock::time_point end, std::uint64_t bytes,
+                          std::int64_t result) noexcept {
+  p->slice_end_at(slice, begin, end, bytes, result);
+}
+void profile_slice_after(ProfilerCore* p, std::uint64_t slice, std::uint64_t before, bool same_stream) noexcept {
+  p->slice_after(slice, before, same_stream);
+}
+void profile_fence_release(ProfilerCore* p, std::uint64_t slice, const HeldOp& op) noexcept {
+  p->fence_release(slice, op);
 }
 void profile_release_begin(ProfilerCore* p, std::uint64_t slice) noexcept { p->release_begin(slice); }
 void profile_release_end(ProfilerCore* p) noexcept { p->release_end(); }
@@ -395,6 +431,7 @@ ProfileData ProfilerCore::data() const {
   std::unordered_map<std::uint64_t, std::size_t> slice_index;
   std::vector<SliceProfile> slices;
   std::vector<SliceRelease> links;  // ids as recorded, renumbered below
+  std::vector<SliceWait> waits;     // the same
   for (const Tagged& te : events) {
     const Event& e = te.e;
     if (e.type != EventType::slice_begin || e.op == 0) continue;
@@ -413,11 +450,15 @@ ProfileData ProfilerCore::data() const {
   for (const Tagged& te : events) {
     const Event& e = te.e;
     if (e.type == EventType::slice_link) {
-      links.push_back({e.x, e.op, e.flags != 0});
+      links.push_back({e.x, e.op, e.flags == kLinkEnd, e.flags == kLinkFence});
+      continue;
+    }
+    if (e.type == EventType::slice_after) {
+      waits.push_back({e.x, e.op, e.flags != 0});
       continue;
     }
     if (e.type != EventType::slice_info && e.type != EventType::slice_peer && e.type != EventType::slice_var &&
-        e.type != EventType::slice_end) {
+        e.type != EventType::slice_end && e.type != EventType::slice_span) {
       continue;
     }
     auto it = slice_index.find(e.op);
@@ -431,6 +472,9 @@ ProfileData ProfilerCore::data() const {
       sp.peer = static_cast<std::int32_t>(e.y);
     } else if (e.type == EventType::slice_var) {
       sp.var = e.x;
+    } else if (e.type == EventType::slice_span) {
+      sp.begin_ns = e.t;
+      sp.bytes = e.x;
     } else {
       sp.end_ns = e.t;
       sp.result = static_cast<std::int64_t>(e.x);
@@ -478,6 +522,8 @@ ProfileData ProfilerCore::data() const {
       case EventType::slice_var:
       case EventType::slice_end:
       case EventType::slice_link:
+      case EventType::slice_span:
+      case EventType::slice_after:
         break;  // joined above
     }
   }
@@ -555,7 +601,13 @@ ProfileData ProfilerCore::data() const {
     auto sl = slice_number.find(l.slice);
     auto op = renumber.find(l.op);
     if (sl == slice_number.end() || op == renumber.end()) continue;
-    out.slice_releases.push_back({sl->second, op->second, l.at_end});
+    out.slice_releases.push_back({sl->second, op->second, l.at_end, l.fence});
+  }
+  for (const SliceWait& w : waits) {
+    auto before = slice_number.find(w.before);
+    auto after = slice_number.find(w.after);
+    if (before == slice_number.end() || after == slice_number.end()) continue;
+    out.slice_waits.push_back({before->second, after->second, w.same_stream});
   }
   return out;
 }

@@ -46,7 +46,16 @@ enum class EventType : std::uint8_t {
   slice_peer,   ///< op: slice id; x = key, y = peer (as uint32)
   slice_var,    ///< op: slice id; x = var (a transfer's variable)
   slice_end,    ///< op: slice id, t = ended; x = result (as uint64)
-  slice_link,   ///< op: an op's id, t = when; x = the slice that released it, flags = 1 at the op's end, 0 at its push
+  slice_link,   ///< op: an op's id, t = when; x = the slice that released it, flags = SliceLink
+  slice_span,   ///< op: slice id, t = begun where it ran (replaces slice_begin's t); x = bytes
+  slice_after,  ///< op: slice id; x = the slice it began after, flags = 1 in stream order
+};
+
+/// How a slice released an op (slice_link's flags).
+enum SliceLink : std::uint8_t {
+  kLinkPush = 0,   ///< pushed it (a resumption, a callback)
+  kLinkEnd = 1,    ///< finished it (an async op's OnComplete)
+  kLinkFence = 2,  ///< the op was held by its fence and released when it ended
 };
 
 /// One fixed-size record (32 bytes).
@@ -119,6 +128,10 @@ class ProfilerCore {
   std::uint64_t slice_begin(SliceCategory category, const char* name, const char* track, std::uint64_t bytes,
                             std::int32_t peer, std::uint64_t key, std::uint64_t var) noexcept;
   void slice_end(std::uint64_t slice, std::int64_t result) noexcept;
+  void slice_end_at(std::uint64_t slice, std::chrono::steady_clock::time_point begin,
+                    std::chrono::steady_clock::time_point end, std::uint64_t bytes, std::int64_t result) noexcept;
+  void slice_after(std::uint64_t slice, std::uint64_t before, bool same_stream) noexcept;
+  void fence_release(std::uint64_t slice, const HeldOp& op) noexcept;
   void release_begin(std::uint64_t slice) noexcept;
   void release_end() noexcept;
 

@@ -383,9 +383,20 @@ void write_trace(std::ostream& os, const ProfileData& d) {
     const Slice& a = ext[r.slice - 1];
     const Slice& b = slice[r.op - 1];
     if (a.pid == 0 || b.pid == 0) continue;
-    arrow("completion", a, std::max(a.ts, a.end - 1), b, r.at_end ? std::max(b.ts, b.end - 1) : b.ts,
+    // A fence holds an op from its grant to its start; a wait_for_var is
+    // drawn from its call, so its release is its end.
+    const bool at_end = r.at_end || (r.fence && d.ops[r.op - 1].kind == ProfiledKind::wait_for_var);
+    arrow(r.fence ? "fence" : "completion", a, std::max(a.ts, a.end - 1), b, at_end ? std::max(b.ts, b.end - 1) : b.ts,
           "\"slice\":" + std::to_string(r.slice) + ",\"op\":" + std::to_string(r.op) + ",\"at\":\"" +
-              (r.at_end ? "end" : "push") + "\"");
+              (at_end ? "end" : r.fence ? "start" : "push") + "\"");
+  }
+  // GPU work on one stream that waited for another stream's work.
+  for (const SliceWait& w : d.slice_waits) {
+    const Slice& a = ext[w.before - 1];
+    const Slice& b = ext[w.after - 1];
+    if (w.same_stream || a.pid == 0 || b.pid == 0) continue;
+    arrow("stream_wait", a, std::max(a.ts, a.end - 1), b, b.ts,
+          "\"before\":" + std::to_string(w.before) + ",\"after\":" + std::to_string(w.after));
   }
   for (const DependencyEdge& e : d.edges) {
     if (!e.released) continue;

@@ -23,7 +23,7 @@ TEST(GpuSimBackend, StreamRunsItsWorkInOrder) {
 TEST(GpuSimBackend, EventCompletesWhenItsStreamReachesIt) {
   auto b = gpu::make_sim_backend({.devices = 1});
   void* s = b->create_stream(0);
-  void* e = b->create_event(0, false);
+  void* e = b->create_event(0, false, false);
   EXPECT_TRUE(b->query(e)) << "an event never recorded is complete (as CUDA)";
   std::atomic<bool> gate{false};
   b->host_task(s, [&] {
@@ -42,7 +42,7 @@ TEST(GpuSimBackend, WaitOrdersAcrossStreams) {
   auto b = gpu::make_sim_backend({.devices = 2});
   void* a = b->create_stream(0);
   void* c = b->create_stream(1);
-  void* e = b->create_event(0, false);
+  void* e = b->create_event(0, false, false);
   std::atomic<int> value{0};
   int seen = -1;
   b->host_task(a, [&] {
@@ -67,7 +67,7 @@ TEST(GpuSimBackend, WaitRefersToTheRecordCurrentWhenEnqueued) {
   void* slow = b->create_stream(0);
   void* fast = b->create_stream(0);
   void* waiter = b->create_stream(0);
-  void* e = b->create_event(0, false);
+  void* e = b->create_event(0, false, false);
   std::atomic<bool> slow_done{false};
   bool seen = false;
   b->host_task(slow, [&] {
@@ -89,8 +89,8 @@ TEST(GpuSimBackend, ErrorsAreStickyAndTravelAlongWaits) {
   auto b = gpu::make_sim_backend({.devices = 1});
   void* a = b->create_stream(0);
   void* c = b->create_stream(0);
-  void* ea = b->create_event(0, false);
-  void* ec = b->create_event(0, false);
+  void* ea = b->create_event(0, false, false);
+  void* ec = b->create_event(0, false, false);
   bool later_ran = false;
   b->host_task(a, [] { throw gpu::GpuError(719, "simErrorLaunchFailure", "test kernel"); });
   b->host_task(a, [&] { later_ran = true; });

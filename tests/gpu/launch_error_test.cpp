@@ -35,13 +35,18 @@ class LaunchErrorBackend final : public gpu::Backend {
   }
   gpu::StreamHandle create_stream(int device) override { return sim_->create_stream(device); }
   void destroy_stream(gpu::StreamHandle s) noexcept override { sim_->destroy_stream(s); }
-  gpu::EventHandle create_event(int device, bool blocking) override { return sim_->create_event(device, blocking); }
+  gpu::EventHandle create_event(int device, bool blocking, bool timed) override {
+    return sim_->create_event(device, blocking, timed);
+  }
   void destroy_event(gpu::EventHandle e) noexcept override { sim_->destroy_event(e); }
   void record(gpu::EventHandle e, gpu::StreamHandle s) override { sim_->record(e, s); }
   void wait(gpu::StreamHandle s, gpu::EventHandle e) override { sim_->wait(s, e); }
   bool query(gpu::EventHandle e) override { return sim_->query(e); }
   void synchronize(gpu::EventHandle e) override { sim_->synchronize(e); }
   void synchronize_stream(gpu::StreamHandle s) override { sim_->synchronize_stream(s); }
+  std::chrono::steady_clock::time_point completed_at(int device, gpu::EventHandle e) override {
+    return sim_->completed_at(device, e);
+  }
   void host_task(gpu::StreamHandle s, gpu::HostFn fn) override { sim_->host_task(s, std::move(fn)); }
   void copy(void* dst, const void* src, std::size_t bytes, gpu::StreamHandle s) override {
     sim_->copy(dst, src, bytes, s);

@@ -6,8 +6,13 @@
 // null): a layer pays one predictable branch per request when profiling is off.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string_view>
+
+namespace ordo {
+class HeldOp;  // ordo/fence.hpp
+}  // namespace ordo
 
 namespace ordo::detail {
 
@@ -30,6 +35,20 @@ std::uint64_t profile_slice_begin(ProfilerCore* p, SliceCategory category, const
                                   std::uint64_t var = 0) noexcept;
 /// Ends slice `slice` (0: nothing) with `result` (bytes, an fd, or -errno).
 void profile_slice_end(ProfilerCore* p, std::uint64_t slice, std::int64_t result) noexcept;
+/// Ends slice `slice` with times taken where the work ran (a GPU stream's
+/// events, on steady_clock) rather than at the calls: drawn from `begin`
+/// to `end`, having moved `bytes` (replacing those given at its begin).
+void profile_slice_end_at(ProfilerCore* p, std::uint64_t slice, std::chrono::steady_clock::time_point begin,
+                          std::chrono::steady_clock::time_point end, std::uint64_t bytes,
+                          std::int64_t result) noexcept;
+/// Slice `slice` could not begin before slice `before` ended: a GPU op's
+/// stream waited for the events of earlier GPU work on its variables
+/// (`same_stream` false: an arrow between the two), or ran it first
+/// (true: stream order, not drawn). The critical path follows both.
+void profile_slice_after(ProfilerCore* p, std::uint64_t slice, std::uint64_t before, bool same_stream) noexcept;
+/// The engine's FenceGate held `op` until slice `slice` ended, and releases
+/// it now (ordo/fence.hpp): an arrow from the slice to the op.
+void profile_fence_release(ProfilerCore* p, std::uint64_t slice, const HeldOp& op) noexcept;
 /// From now until profile_release_end() on this thread, the ops this thread
 /// pushes (a coroutine's resumption, a callback) or finishes (an async op's
 /// OnComplete) were released by `slice`: the trace draws an arrow to each.

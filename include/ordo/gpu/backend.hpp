@@ -72,7 +72,8 @@ class Backend {
   /// Waits for the stream's work, then destroys it.
   virtual void destroy_stream(StreamHandle stream) noexcept = 0;
   /// `blocking_sync`: synchronize() yields the CPU instead of spinning.
-  virtual EventHandle create_event(int device, bool blocking_sync) = 0;
+  /// `timed`: completed_at() may be asked (the engine's profiler is on).
+  virtual EventHandle create_event(int device, bool blocking_sync, bool timed) = 0;
   virtual void destroy_event(EventHandle event) noexcept = 0;
 
   virtual void record(EventHandle event, StreamHandle stream) = 0;
@@ -83,6 +84,10 @@ class Backend {
   /// Blocks until the event's latest record completed; throws like query().
   virtual void synchronize(EventHandle event) = 0;
   virtual void synchronize_stream(StreamHandle stream) = 0;
+  /// When the latest record of `event` (timed, on `device`, completed)
+  /// completed, on the host's steady_clock: what places GPU work in the
+  /// engine's trace. Throws GpuError if the backend cannot tell.
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point completed_at(int device, EventHandle event) = 0;
 
   /// Enqueues a host function in stream order (simulated kernels; CUDA:
   /// cudaLaunchHostFunc, which forbids CUDA calls inside it). On the
