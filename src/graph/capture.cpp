@@ -155,6 +155,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
     if (data_->waits[i] == 0) data_->free_ops.push_back(i);
     if (nodes[i]->succ.empty()) ++data_->sinks;
+    if (nodes[i]->oper != nullptr) data_->oper_ops.push_back(i);
   }
   // The variables in address order, the order a replay locks them in.
   std::vector<std::uint32_t> order(data_->vars.size());

@@ -65,6 +65,8 @@ struct GraphData {
   std::vector<std::vector<std::uint32_t>> exits;
   /// Nodes without successors.
   std::size_t sinks = 0;
+  /// Nodes that push a pre-built operator.
+  std::vector<std::uint32_t> oper_ops;
   /// vars' specs, in the same order: what a replay's holders push.
   std::vector<AccessSpec> specs;
   /// Arrays of finished replays, for the next ones.

@@ -510,9 +510,9 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   // replay: then the ops before the failed one run). The replay without
   // pushes checks its variables in its one push.
   const bool held = core->profiler() == nullptr;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (const std::uint32_t i : graph->oper_ops) {
     const GraphNode& node = *graph->nodes[i];
-    if (node.oper != nullptr && node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
+    if (node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
       throw Error(Errc::deleted_operator, "replay of a graph: the operator of " + node_label(node, i) + " was deleted");
     }
   }
@@ -536,23 +536,25 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   if (held) {
     // Nothing runs before every operator is retained and every holder pushed:
     // a failure here leaves nothing behind.
+    const std::vector<std::uint32_t>& opers = graph->oper_ops;
     std::size_t retained = 0;
     try {
-      for (; retained < n; ++retained) {
-        const GraphNode& node = *graph->nodes[retained];
-        if (node.oper != nullptr) EngineExtension::retain_operator(engine, node.oper, node.oper_gen);
+      for (; retained < opers.size(); ++retained) {
+        const GraphNode& node = *graph->nodes[opers[retained]];
+        EngineExtension::retain_operator(engine, node.oper, node.oper_gen);
       }
       s->pending.store(graph->sinks + starter_count(graph->vars.size()) + 1, std::memory_order_relaxed);
       push_held(core, *graph, s);
     } catch (...) {
-      for (std::size_t i = 0; i < retained; ++i) {
-        const GraphNode& node = *graph->nodes[i];
-        if (node.oper != nullptr) node.oper->engine->release_operator(node.oper);
+      for (std::size_t r = 0; r < retained; ++r) {
+        const GraphNode& node = *graph->nodes[opers[r]];
+        node.oper->engine->release_operator(node.oper);
       }
       delete s;
-      if (retained < n) {
-        throw Error(Errc::deleted_operator,
-                    "replay of a graph: the operator of " + node_label(*graph->nodes[retained], retained) + " was deleted");
+      if (retained < opers.size()) {
+        throw Error(Errc::deleted_operator, "replay of a graph: the operator of " +
+                                                node_label(*graph->nodes[opers[retained]], opers[retained]) +
+                                                " was deleted");
       }
       throw;
     }
