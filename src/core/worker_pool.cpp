@@ -418,8 +418,7 @@ void WorkerPool::idle_end(int index, std::int64_t& from) noexcept {
   from = 0;
 }
 
-OpRecord* WorkerPool::next_op(Worker& w) {
-  ThreadState& ts = t_state;
+OpRecord* WorkerPool::next_op(Worker& w, ThreadState& ts) {
   if (!ts.inline_ops.empty()) return ts.inline_ops.pop();  // local work: this worker's continuation
   ts.continuations = 0;
   OpRecord* op = take(w.index);
@@ -452,9 +451,10 @@ void WorkerPool::worker_main(int index) {
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
   Worker w{.index = index};
   while (!w.stop) {
-    OpRecord* op = next_op(w);
+    OpRecord* op = next_op(w, ts);
     if (op == nullptr) continue;
-    before_run(w);
+    // Tested inline: an op outside a keep, with no runner wanted, pays a load and a branch.
+    if (w.keep != nullptr || runner_wanted_.load(std::memory_order_relaxed)) [[unlikely]] before_run(w);
     idle_end(index, w.idle_from);
     host_.execute(op);
   }

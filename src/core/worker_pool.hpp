@@ -104,11 +104,12 @@ class WorkerPool {
   /// The next op this worker runs: its continuation, else one from a deque,
   /// else what it finds spinning or once woken. Null: look again (or leave,
   /// if w.stop).
-  OpRecord* next_op(Worker& w);
-  /// Before an op runs: ends a keep that the task's go_on() ends (handing
-  /// what is queued to sleepers), and brings a sleeper in to run the task
-  /// when this worker made it wanted and stays busy.
-  void before_run(Worker& w) noexcept;
+  [[gnu::always_inline]] inline OpRecord* next_op(Worker& w, ThreadState& ts);
+  /// Before an op runs, while keeping or with runner_wanted_ set: ends a
+  /// keep that the task's go_on() ends (handing what is queued to
+  /// sleepers), and brings a sleeper in to run the task when this worker
+  /// made it wanted and stays busy.
+  [[gnu::noinline]] void before_run(Worker& w) noexcept;
   /// At a worker's start: last run on a CPU of its own (see there), not pinned.
   static void spread_start(int creator_cpu, unsigned index) noexcept;
   /// The deque a worker owns (a priority pool's workers share deque 0).
@@ -122,13 +123,13 @@ class WorkerPool {
   /// The worker found no op: its idle period starts, a keep ends, its local
   /// counts are published, and it spins for the next op unless another
   /// worker spins or the idle task is wanted (an op found, or null).
-  OpRecord* ran_out(Worker& w);
+  [[gnu::noinline]] OpRecord* ran_out(Worker& w);
   /// Looks for work, counted in spinning_ (enqueuers wake nobody while one
   /// spins), for a bounded time; null if none came or the idle task is wanted.
   OpRecord* spin(int index);
   /// Sleeps (or runs the idle task) until woken, then looks for the work it
   /// was woken for; null if none (w.stop set when the pool stops).
-  OpRecord* idle(Worker& w);
+  [[gnu::noinline]] OpRecord* idle(Worker& w);
   /// A worker just woken: looks for the work it was woken for.
   OpRecord* woken(int index);
   /// Counts the worker among the sleepers, looks once more, then sleeps on
