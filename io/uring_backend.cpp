@@ -311,7 +311,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
     interrupts_seen_ = interrupts_.load(std::memory_order_seq_cst);
   }
 
-  [[nodiscard]] std::int64_t run() noexcept override {
+  [[nodiscard]] ordo::detail::IdleKeep* run() noexcept override {
     const Caller caller(callers_);
     if (!reaping_.exchange(true, std::memory_order_acquire)) {  // else its holder delivers
       if (cq_nonempty()) {
@@ -335,7 +335,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
             nullptr, 0);
   }
 
-  void kept(std::int64_t ops, std::int64_t ns) noexcept override { keep_.kept(ops, ns); }
+  void kept(ordo::detail::IdleKeep& keep) noexcept override { keep_.kept(keep); }
 
   /// Requests past their submit call and not yet reaped (the armed
   /// FUTEX_WAIT aside), or CQEs waiting. A request counts once the submit()
@@ -538,14 +538,10 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   }
 
   /// Enters the kernel with every prepped SQE (flusher only) and learns
-  /// from it how to batch the next ones. An io_uring_enter of more than two
-  /// SQEs plugs the block layer: a device request waits there until the
-  /// whole batch has been issued. For reads served from the page cache
-  /// (done during the call) big batches only save system calls; for reads
-  /// that reach a disk the plug adds the batch's issue time to each one's
-  /// latency. So when few of the reads and writes of a call complete during
-  /// it, the next ones go in pairs (device_bound_), until a call shows them
-  /// completing at once again (figures: docs/io.md, "Inside the backends").
+  /// from it how to batch the next ones: when few of the reads and writes
+  /// of a call complete during it, they reached a device, where a big batch
+  /// plugs the block layer and delays each one; the next ones then go in
+  /// pairs (device_bound_). Why: docs/io.md, "Inside the backends".
   void submit_sqes() noexcept {
     const unsigned rw = std::exchange(rw_unsubmitted_, 0U);
     // The CQ tail is written by the kernel only: reading it is safe on any thread.
@@ -980,7 +976,7 @@ class UringBackend final : public BackendImpl, public ordo::detail::IdleTask {
   /// Bumped by interrupt(); the waiter's FUTEX_WAIT is on it (futex word).
   std::atomic<std::uint32_t> interrupts_{0};
   std::uint32_t interrupts_seen_ = 0;  ///< interrupts_ as the last wait() ended (the waiter only)
-  KeepPolicy keep_;                    ///< what run() allows
+  KeepPolicy keep_;                    ///< the keeps run() grants
   bool coop_ = false;  ///< the ring was set up with IORING_SETUP_COOP_TASKRUN
   static constexpr std::uint32_t kFsMkdir = 1, kFsUnlink = 2, kFsRename = 4;
   std::uint32_t fs_ops_ = 0;  ///< the file-system opcodes the kernel has (set in init)

@@ -433,9 +433,8 @@ void Progress::loop() {
       if (commands_.empty() && idle > kHotPolls && !shutdown_requested_) {
         // Nothing came for a while. A message only moves when this thread
         // polls, but polling flat out steals the CPU from the workers of
-        // this rank and of its neighbours on the same cores (figures:
-        // docs/dist.md), so nap, longer the longer nothing comes; a command
-        // wakes it at once.
+        // this rank and of its neighbours on the same cores (docs/dist.md),
+        // so nap, longer the longer nothing comes; a command wakes it at once.
         const bool expecting = !wants_.empty() || !requests_.empty();
         const auto nap = expecting ? std::min(kMaxNap, kFirstNap * (1u << std::min(idle - kHotPolls, 8u)))
                                    : kIdleNap;

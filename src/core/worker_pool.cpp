@@ -31,28 +31,6 @@ inline void at(PoolPoint point, const WorkerPool* pool) noexcept {
 
 }  // namespace
 
-/// A worker that ran the idle task keeps the ops that made ready to itself
-/// for as long as run() allowed, rather than waking a sleeper for them (the
-/// why, and when, is the task's: io/keep_policy.hpp). Past that time, at
-/// the next op boundary, what is still queued goes to a sleeper.
-struct WorkerPool::Keep {
-  std::int64_t since = 0;   ///< when it started (0: not keeping)
-  std::int64_t for_ns = 0;  ///< how long it may last
-  std::int64_t ops = 0;     ///< ops run since
-  IdleTask* task = nullptr;  ///< the task that allowed it (told how it went)
-};
-
-void WorkerPool::end_keep(Keep& keep, std::int64_t now) noexcept {
-  if (keep.ops > 0) {
-    // Counted as a caller: detach_task() waits for the call. A task
-    // detached meanwhile is not told (one at the same address would be: a hint).
-    task_callers_.fetch_add(1, std::memory_order_seq_cst);
-    if (task_.load(std::memory_order_seq_cst) == keep.task) keep.task->kept(keep.ops, now - keep.since);
-    task_callers_.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  keep = Keep{};
-}
-
 void set_pool_hook(PoolHook hook, void* arg) noexcept {
   g_hook_arg.store(arg, std::memory_order_relaxed);
   g_hook.store(hook, std::memory_order_release);
@@ -92,8 +70,8 @@ void WorkerPool::spread_start(int creator_cpu, unsigned index) noexcept {
   // it may use, and at once gets its whole mask back: it is not pinned, it
   // only last ran (and so is woken first) on a CPU of its own. Best effort:
   // where the calls fail (a seccomp filter, a mask changed meanwhile) the
-  // worker runs where it started. Figures: docs/benchmarks.md, "Where ordo
-  // is behind" (the entry for ce0bd7d).
+  // worker runs where it started. Why: docs/benchmarks.md, "Where ordo is
+  // behind".
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;
@@ -267,14 +245,32 @@ bool WorkerPool::task_wanted() noexcept {
 
 
 OpRecord* WorkerPool::take(int index) noexcept {
-  ReadyQueue& mine = own(index);
-  if (OpRecord* op = mine.pop(); op != nullptr) return op;
-  // Steal: the other deques, from the next one round.
+  if (OpRecord* op = own(index).pop(); op != nullptr) return op;
+  return steal(index);
+}
+
+OpRecord* WorkerPool::steal(int index) noexcept {
   for (int k = 1; k < n_queues_; ++k) {
     ReadyQueue& q = queues_[(index + k) % n_queues_];
     if (OpRecord* op = q.pop(); op != nullptr) return op;
   }
   return nullptr;
+}
+
+OpRecord* WorkerPool::ran_out(Worker& w) {
+  idle_begin(w.index, w.idle_from);
+  if (w.keep != nullptr) end_keep(w);
+  host_.flush_finished();  // out of work: publish the completions counted locally
+  // Spin for the next op, unless the idle task is wanted (requests in
+  // flight in the ring): then wait there at once, where their completion
+  // wakes this thread (spinning, it would steal the core that runs it). One
+  // spinner at a time: it catches the next op as well as several would, and
+  // every further one takes a core (or a hyperthread's share of one) from
+  // the threads with work.
+  OpRecord* op = nullptr;
+  if (w.may_spin && spinning_.load(std::memory_order_relaxed) == 0 && !task_wanted()) op = spin(w.index);
+  w.may_spin = true;
+  return op;
 }
 
 OpRecord* WorkerPool::spin(int index) {
@@ -299,6 +295,20 @@ OpRecord* WorkerPool::spin(int index) {
   return op;
 }
 
+OpRecord* WorkerPool::idle(Worker& w) {
+  bool stop = false;
+  OpRecord* op = sleep(w, stop);
+  if (stop) {
+    idle_end(w.index, w.idle_from);
+    w.stop = true;
+    return nullptr;
+  }
+  // Woken: what the idle task's run left it as its continuation comes
+  // first (next_op); else it looks for the op it was woken for.
+  if (op == nullptr && t_state.inline_ops.empty()) op = woken(w.index);
+  return op;
+}
+
 OpRecord* WorkerPool::woken(int index) {
   // A worker is woken when no other looks for work: it takes that role.
   // With a spinner about (woken by someone else meanwhile), one look: the
@@ -310,9 +320,28 @@ OpRecord* WorkerPool::woken(int index) {
   return op;
 }
 
-OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
+OpRecord* WorkerPool::sleep(Worker& w, bool& stop) {
   const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  IdleTask* task = claim_runner();
+  // The last look, after counting itself: see notify().
+  at(PoolPoint::sleeper_counted, this);
+  OpRecord* op = queued() != 0 ? take(w.index) : nullptr;
+  if (op == nullptr) at(PoolPoint::sleeper_looked, this);
+  stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
+  const bool waited_in_task = op == nullptr && !stop && wait_for_work(task, epoch);
+  if (task == nullptr) {
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (op != nullptr) found_work();
+    return op;
+  }
+  task_waiting_.store(false, std::memory_order_seq_cst);
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  run_task(w, task, waited_in_task);
+  return op;
+}
+
+IdleTask* WorkerPool::claim_runner() noexcept {
   // An attached idle task (detail::IdleTask): this worker waits in it if no
   // other does and the task is wanted, and sleeps on its futex otherwise (an
   // io_uring ring with no request in flight would wake it for CQEs that
@@ -322,51 +351,56 @@ OpRecord* WorkerPool::sleep(int index, Keep& keep, bool& stop) {
   IdleTask* task = claim_task();
   if (task != nullptr && !task->wanted()) {
     release_task();
-    task = nullptr;
+    return nullptr;
   }
   if (task != nullptr) {
     runner_wanted_.store(false, std::memory_order_relaxed);  // this worker is the runner
     task_waiting_.store(true, std::memory_order_seq_cst);
   }
-  // The last look, after counting itself: see notify().
-  at(PoolPoint::sleeper_counted, this);
-  OpRecord* op = queued() != 0 ? take(index) : nullptr;
-  if (op == nullptr) at(PoolPoint::sleeper_looked, this);
-  stop = op == nullptr && stop_.load(std::memory_order_seq_cst);
-  bool waited_in_task = false;
-  if (op == nullptr && !stop) {
-    host_.worker_idle();
-    if (task == nullptr) {
-      epoch_.wait(epoch, std::memory_order_seq_cst);
-    } else if (epoch_.load(std::memory_order_seq_cst) == epoch) {
-      task->wait();
-      waited_in_task = true;
-    }
-  }
+  return task;
+}
+
+bool WorkerPool::wait_for_work(IdleTask* task, std::uint32_t epoch) noexcept {
+  host_.worker_idle();
   if (task == nullptr) {
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    if (op != nullptr) found_work();
-    return op;
+    epoch_.wait(epoch, std::memory_order_seq_cst);
+    return false;
   }
-  task_waiting_.store(false, std::memory_order_seq_cst);
-  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  // wake_one() bumps the epoch before it looks at task_waiting_ (set in
+  // claim_runner()): either this sees the bump, or it interrupts the wait.
+  if (epoch_.load(std::memory_order_seq_cst) != epoch) return false;
+  task->wait();
+  return true;
+}
+
+void WorkerPool::run_task(Worker& w, IdleTask* task, bool waited) noexcept {
   // Run the task as a spinning worker: what it enqueues wakes nobody (this
   // thread takes it next), and more than it takes brings a sleeper in.
-  std::int64_t keep_ns = 0;
-  if (waited_in_task) {
+  IdleKeep* keep = nullptr;
+  if (waited) {
     spinning_.fetch_add(1, std::memory_order_seq_cst);
-    keep_ns = task->run();
+    keep = task->run();
     spinning_.fetch_sub(1, std::memory_order_seq_cst);
   }
   release_task();
-  if (keep_ns > 0 && own(index).size.load(std::memory_order_seq_cst) > 0) {
-    keep = Keep{TimerService::now_ns(), keep_ns, 0, task};  // Keep: run it here, for now
+  if (keep != nullptr && own(w.index).size.load(std::memory_order_seq_cst) > 0) {
+    w.keep = keep;  // run what it made ready here, while keep->go_on() says so (before_run)
+    w.keep_task = task;
     // Ops dealt to the other deques meanwhile are not this worker's to keep.
-    if (queued() > own(index).size.load(std::memory_order_relaxed)) wake_if_queued(0);
+    if (queued() > own(w.index).size.load(std::memory_order_relaxed)) wake_if_queued(0);
   } else {
     wake_if_queued(1);
   }
-  return op;
+}
+
+void WorkerPool::end_keep(Worker& w) noexcept {
+  // Counted as a caller: detach_task() waits for the call. A task detached
+  // meanwhile is not told (one at the same address would be: a hint).
+  task_callers_.fetch_add(1, std::memory_order_seq_cst);
+  if (task_.load(std::memory_order_seq_cst) == w.keep_task) w.keep_task->kept(*w.keep);
+  task_callers_.fetch_sub(1, std::memory_order_seq_cst);
+  w.keep = nullptr;
+  w.keep_task = nullptr;
 }
 
 void WorkerPool::idle_begin(int index, std::int64_t& from) noexcept {
@@ -384,70 +418,44 @@ void WorkerPool::idle_end(int index, std::int64_t& from) noexcept {
   from = 0;
 }
 
+OpRecord* WorkerPool::next_op(Worker& w, ThreadState& ts) {
+  if (!ts.inline_ops.empty()) return ts.inline_ops.pop();  // local work: this worker's continuation
+  ts.continuations = 0;
+  OpRecord* op = take(w.index);
+  if (op == nullptr) op = ran_out(w);
+  if (op == nullptr) op = idle(w);
+  return op;
+}
+
+void WorkerPool::before_run(Worker& w) noexcept {
+  // Keeping (IdleKeep): once the task's go_on() says no, what is still
+  // queued goes to a sleeper.
+  if (w.keep != nullptr && !w.keep->go_on()) {
+    end_keep(w);
+    wake_if_queued(0);
+  }
+  // This worker made the task wanted (submitted requests) and stays busy:
+  // bring a sleeper in to run it (keeping: it runs the task itself when the
+  // keep ends, which is soon).
+  if (w.keep == nullptr && runner_wanted_.load(std::memory_order_relaxed) &&
+      runner_wanted_.exchange(false, std::memory_order_relaxed)) {
+    wake_for_task();
+  }
+}
+
 void WorkerPool::worker_main(int index) {
   ThreadState& ts = t_state;
   ts.engine = engine_;
   ts.pool = this;
   ts.index = index;
   ts.depth = 1;  // ops made ready inline by this worker are queued locally, run below
-  Keep keep;
-  // A new worker has no work to spin for: it goes to sleep at once. Spinning,
-  // it yields for up to kSpinRounds time slices of a core that others need
-  // (an engine's threads start on the core its creator does not occupy, all
-  // on the same one).
-  bool may_spin = false;
-  std::int64_t idle_from = 0;  // start of the current idle period (Engine::stats()), 0 while working
-  for (;;) {
-    OpRecord* op = nullptr;
-    if (!ts.inline_ops.empty()) {
-      op = ts.inline_ops.pop();  // this worker's continuation
-    } else {
-      ts.continuations = 0;
-      op = take(index);
-      if (op == nullptr) {
-        idle_begin(index, idle_from);
-        if (keep.since != 0) end_keep(keep, TimerService::now_ns());
-        host_.flush_finished();  // out of work: publish the completions counted locally
-        // Spin for the next op, unless the idle task is wanted (requests in
-        // flight in the ring): then wait there at once, where their
-        // completion wakes this thread (spinning, it would steal the core
-        // that runs it). One spinner at a time: it catches the next op as
-        // well as several would, and every further one takes a core (or a
-        // hyperthread's share of one) from the threads with work.
-        if (may_spin && spinning_.load(std::memory_order_relaxed) == 0 && !task_wanted()) op = spin(index);
-        may_spin = true;
-      }
-      if (op == nullptr) {
-        bool stop = false;
-        op = sleep(index, keep, stop);
-        if (stop) {
-          idle_end(index, idle_from);
-          break;
-        }
-        // Woken: what the idle task's run left it as its continuation
-        // comes first; else it looks for the op it was woken for.
-        if (op == nullptr && ts.inline_ops.empty()) op = woken(index);
-        if (op == nullptr) continue;
-      }
-    }
-    if (keep.since != 0) {
-      // Keeping (Keep): past its time, what is still queued goes to a sleeper.
-      const std::int64_t now = TimerService::now_ns();
-      if (now - keep.since <= keep.for_ns) {
-        ++keep.ops;
-      } else {
-        end_keep(keep, now);
-        wake_if_queued(0);
-      }
-    }
-    // This worker made the task wanted (submitted requests) and stays
-    // busy: bring a sleeper in to run it (keeping: it runs the task itself
-    // when the keep ends, which is soon).
-    if (keep.since == 0 && runner_wanted_.load(std::memory_order_relaxed) &&
-        runner_wanted_.exchange(false, std::memory_order_relaxed)) {
-      wake_for_task();
-    }
-    idle_end(index, idle_from);
+  Worker w{.index = index};
+  while (!w.stop) {
+    OpRecord* op = next_op(w, ts);
+    if (op == nullptr) continue;
+    // Tested inline: an op outside a keep, with no runner wanted, pays a load and a branch.
+    if (w.keep != nullptr || runner_wanted_.load(std::memory_order_relaxed)) [[unlikely]] before_run(w);
+    idle_end(index, w.idle_from);
     host_.execute(op);
   }
   ts = ThreadState{};

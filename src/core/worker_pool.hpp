@@ -83,8 +83,33 @@ class WorkerPool {
   }
 
  private:
-  struct Keep;
+  /// A worker's own state, on its stack: what the steps of its loop share.
+  struct Worker {
+    int index = 0;
+    /// A new worker has no work to spin for: it goes to sleep at once.
+    /// Spinning, it would yield for up to kSpinRounds time slices of a core
+    /// that others need (an engine's threads start on the core its creator
+    /// does not occupy, all on the same one).
+    bool may_spin = false;
+    bool stop = false;               ///< the pool stops and no work is left: leave the loop
+    std::int64_t idle_from = 0;      ///< start of the current idle period (Engine::stats()), 0 while working
+    IdleKeep* keep = nullptr;        ///< the keep the idle task granted (IdleKeep), null if none
+    IdleTask* keep_task = nullptr;   ///< the task that granted it (told when it ends)
+  };
+
+  // The worker loop, step by step (worker_main): local work (the worker's
+  // continuation), its own deque, stealing (take), spinning (ran_out, spin),
+  // and sleeping or running the idle task (idle, sleep, run_task).
   void worker_main(int index);
+  /// The next op this worker runs: its continuation, else one from a deque,
+  /// else what it finds spinning or once woken. Null: look again (or leave,
+  /// if w.stop).
+  [[gnu::always_inline]] inline OpRecord* next_op(Worker& w, ThreadState& ts);
+  /// Before an op runs, while keeping or with runner_wanted_ set: ends a
+  /// keep that the task's go_on() ends (handing what is queued to
+  /// sleepers), and brings a sleeper in to run the task when this worker
+  /// made it wanted and stays busy.
+  [[gnu::noinline]] void before_run(Worker& w) noexcept;
   /// At a worker's start: last run on a CPU of its own (see there), not pinned.
   static void spread_start(int creator_cpu, unsigned index) noexcept;
   /// The deque a worker owns (a priority pool's workers share deque 0).
@@ -93,14 +118,34 @@ class WorkerPool {
   ReadyQueue& target() noexcept;
   /// An op from the worker's own deque, else stolen from another; null if none.
   OpRecord* take(int index) noexcept;
+  /// An op from another worker's deque, from the next one round; null if none.
+  OpRecord* steal(int index) noexcept;
+  /// The worker found no op: its idle period starts, a keep ends, its local
+  /// counts are published, and it spins for the next op unless another
+  /// worker spins or the idle task is wanted (an op found, or null).
+  [[gnu::noinline]] OpRecord* ran_out(Worker& w);
   /// Looks for work, counted in spinning_ (enqueuers wake nobody while one
   /// spins), for a bounded time; null if none came or the idle task is wanted.
   OpRecord* spin(int index);
+  /// Sleeps (or runs the idle task) until woken, then looks for the work it
+  /// was woken for; null if none (w.stop set when the pool stops).
+  [[gnu::noinline]] OpRecord* idle(Worker& w);
   /// A worker just woken: looks for the work it was woken for.
   OpRecord* woken(int index);
-  /// Sleeps (or runs the idle task) until woken; an op found on the last look
-  /// before sleeping, or null. `stop`: set when the pool is stopping and no work is left.
-  OpRecord* sleep(int index, Keep& keep, bool& stop);
+  /// Counts the worker among the sleepers, looks once more, then sleeps on
+  /// the futex or waits in the idle task until woken; an op found on the
+  /// last look, or null. `stop`: set when the pool is stopping and no work is left.
+  OpRecord* sleep(Worker& w, bool& stop);
+  /// Claims the idle task for a worker going to sleep if it is wanted (this
+  /// worker then waits in it); null if not.
+  IdleTask* claim_runner() noexcept;
+  /// Blocks until woken: on the futex, or in `task` if the epoch is still
+  /// `epoch`. True if it waited in the task.
+  bool wait_for_work(IdleTask* task, std::uint32_t epoch) noexcept;
+  /// After the wait in `task`: runs it (if it waited there) as a spinning
+  /// worker, lets it go, and starts the keep it granted or wakes sleepers
+  /// for what it made ready.
+  void run_task(Worker& w, IdleTask* task, bool waited) noexcept;
   /// Ops queued over all deques (seq_cst loads: see notify()).
   [[nodiscard]] std::uint64_t queued() const noexcept;
   /// After a deque's size grew: wakes a sleeper unless a worker spins (it will find the op).
@@ -122,8 +167,8 @@ class WorkerPool {
   void interrupt_task() noexcept;
   /// Wakes a sleeping worker to run the task, unless its runner waits in it.
   void wake_for_task() noexcept;
-  /// Ends `keep` and tells its task how it went (IdleTask::kept).
-  void end_keep(Keep& keep, std::int64_t now) noexcept;
+  /// Ends the worker's keep and tells the task that granted it, if still attached (IdleTask::kept).
+  void end_keep(Worker& w) noexcept;
 
   /// A worker's idle time (Engine::stats()): written by the worker alone
   /// (loads and stores), read relaxed by a snapshot. Clocked only when it
@@ -160,7 +205,7 @@ class WorkerPool {
   std::atomic<bool> task_waiting_{false};  ///< the holder is idle: interrupt its wait to wake it
   /// Bumped by wake_for_task() after what made the task wanted, read with a
   /// read-modify-write by a worker going to sleep before it asks wanted():
-  /// one of the two sees the other (see sleep()).
+  /// one of the two sees the other (see claim_runner()).
   std::atomic<std::uint32_t> task_calls_{0};
   /// Threads inside interrupt_task() or a kept() call (end_keep): detach_task()
   /// waits for them, as it waits for the holder.

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <latch>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -22,16 +24,42 @@ namespace {
 using namespace std::chrono_literals;
 using detail::EngineExtension;
 
+/// The keep a FakeTask grants: go_on() says yes until `until_ns` (steady
+/// clock) and at most `limit` times, counting how often it was asked. One
+/// per thread, as the pool expects: it outlives the task that granted it.
+class FakeKeep final : public detail::IdleKeep {
+ public:
+  std::int64_t until_ns = 0;
+  std::int64_t limit = -1;  ///< -1: no limit
+  std::int64_t ops = 0;     ///< yes answers
+  std::int64_t asks = 0;    ///< answers
+
+  bool go_on() noexcept override {
+    ++asks;
+    const bool yes = now_ns() <= until_ns && (limit < 0 || ops < limit);
+    if (yes) ++ops;
+    return yes;
+  }
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+};
+thread_local FakeKeep t_fake_keep;
+
 /// Wanted while `wanted_flag` is set; its wait() ends on interrupt() only;
-/// its run() allows a keep of `keep_ns`. Counts its calls, and any made
-/// after the test marked it detached.
+/// its run() calls `on_run` once if set, and grants a keep of `keep_ns` as
+/// read before that (none if 0) and at most `keep_limit` ops. Counts its calls, and
+/// any made after the test marked it detached.
 class FakeTask final : public detail::IdleTask {
  public:
   std::atomic<bool> wanted_flag{true};
   std::atomic<std::int64_t> keep_ns{0};
+  std::atomic<std::int64_t> keep_limit{-1};
+  std::function<void()> on_run;  ///< set before attaching
   std::atomic<int> waits{0}, interrupts{0}, kept_calls{0};
   mutable std::atomic<int> calls_after_detach{0};
-  std::atomic<std::int64_t> kept_ops{0};
+  std::atomic<std::int64_t> kept_ops{0}, kept_asks{0};
   std::atomic<bool> detached{false};
 
   [[nodiscard]] bool wanted() const noexcept override {
@@ -48,9 +76,15 @@ class FakeTask final : public detail::IdleTask {
     seen_ = interrupted_;
     waiting_ = false;
   }
-  std::int64_t run() noexcept override {
+  detail::IdleKeep* run() noexcept override {
     note_call();
-    return keep_ns.load();
+    const std::int64_t ns = keep_ns.load();
+    if (on_run) std::exchange(on_run, nullptr)();
+    if (ns == 0) return nullptr;
+    t_fake_keep = FakeKeep{};
+    t_fake_keep.until_ns = FakeKeep::now_ns() + ns;
+    t_fake_keep.limit = keep_limit.load();
+    return &t_fake_keep;
   }
   void interrupt() noexcept override {
     note_call();
@@ -59,9 +93,11 @@ class FakeTask final : public detail::IdleTask {
     ++interrupted_;
     cv_.notify_all();
   }
-  void kept(std::int64_t ops, std::int64_t) noexcept override {
+  void kept(detail::IdleKeep& keep) noexcept override {
     note_call();
-    kept_ops.fetch_add(ops);
+    EXPECT_EQ(&keep, &t_fake_keep) << "kept() on another thread than the keeping worker's";
+    kept_ops.fetch_add(t_fake_keep.ops);
+    kept_asks.fetch_add(t_fake_keep.asks);
     std::lock_guard lock(m_);
     kept_calls.fetch_add(1);
     cv_.notify_all();
@@ -142,6 +178,36 @@ TEST(IdleTask, AKeepIsReportedToTheTask) {
   engine.wait_for_var(v);
   EXPECT_TRUE(task.wait_for_kept());
   EXPECT_GE(task.kept_ops.load(), 1);
+  EngineExtension::detach_idle_task(engine, &task);
+  task.detached = true;
+}
+
+// The keep's end is the task's decision: the worker asks go_on() before
+// each op it runs while keeping, stops keeping at the first no, tells the
+// task once (kept()), and still runs every op.
+TEST(IdleTask, AKeepEndsWhenTheTaskSaysSo) {
+  Engine engine{Options{.kind = EngineKind::pooled, .cpu_workers = 1}};
+  FakeTask task;
+  task.keep_ns = 1'000'000'000;
+  constexpr std::int64_t kLimit = 3;
+  constexpr int kOps = 10;
+  task.keep_limit = kLimit;
+  std::atomic<int> ran{0};
+  // Made ready by the run itself, as a delivery from the ring makes them:
+  // on the runner's own deque, more than the keep allows.
+  task.on_run = [&] {
+    task.keep_ns = 0;  // this run's keep only
+    for (int i = 0; i < kOps; ++i) engine.push_sync([&ran] { ran.fetch_add(1); }, Context::cpu(), {}, {});
+  };
+  ASSERT_TRUE(attach(engine, task));
+  ASSERT_TRUE(task.wait_for_waiter());
+  engine.push_sync([&ran] { ran.fetch_add(1); }, Context::cpu(), {}, {});  // interrupts the wait: run()
+  engine.wait_for_all();
+  ASSERT_TRUE(task.wait_for_kept());
+  EXPECT_EQ(ran.load(), kOps + 1);
+  EXPECT_EQ(task.kept_calls.load(), 1);
+  EXPECT_EQ(task.kept_ops.load(), kLimit);
+  EXPECT_EQ(task.kept_asks.load(), kLimit + 1) << "go_on() asked after it said no, or not before each op";
   EngineExtension::detach_idle_task(engine, &task);
   task.detached = true;
 }

@@ -18,7 +18,8 @@ namespace ordo::io {
 /// throws ordo::Error{Errc::invalid_argument} naming the variable and value.
 struct IoOptions {
   Backend backend = Backend::automatic;
-  /// io_uring submission queue entries (the completion queue gets 4x).
+  /// io_uring submission queue entries (the completion queue is a fixed
+  /// multiple of it: io/uring_backend.cpp, init()).
   unsigned entries = 256;
   /// io_uring SQPOLL (a kernel thread polls the submission queue). Off by
   /// default: the polling thread takes a core from the workers, which costs
@@ -29,15 +30,16 @@ struct IoOptions {
   unsigned threads = 4;
   /// io_uring: one idle CPU worker of the engine at a time waits in the ring
   /// itself (Linux 6.7+, IORING_OP_FUTEX_WAIT) and delivers the completions
-  /// that wake it, then runs the work they made ready: a coroutine's read
-  /// costs one thread wake-up instead of three. The reaper thread takes the
-  /// completions while no worker is idle. Off: the reaper takes them all.
+  /// that wake it, then runs the work they made ready: no wake-up of the
+  /// reaper, nor of a second worker, for a coroutine's read (docs/io.md,
+  /// "Backends"). The reaper thread takes the completions while no worker is
+  /// idle. Off: the reaper takes them all.
   bool idle_workers_reap = true;
   /// io_uring (Linux 5.19+, IORING_SETUP_COOP_TASKRUN): the kernel no longer
   /// interrupts a running thread to finish the requests it submitted (a
   /// socket's data arrived, a disk read ended); the thread finishes them at
   /// its next system call or when it sleeps. That saves an inter-processor
-  /// interrupt per completion (figures: docs/io.md, "Backends"). The price: a
+  /// interrupt per completion (docs/io.md, "Backends"). The price: a
   /// thread that submits and then computes without a system call holds back
   /// its own requests' completions until it makes one, even when other
   /// workers are idle; an engine worker that went on to a long op delays them
@@ -51,7 +53,7 @@ struct IoOptions {
   /// read the cache cannot serve whole goes through the ring (the thread
   /// backend: its pool). The ring's submissions are serialized (one thread
   /// enters the kernel with the batch), so cached reads otherwise use one
-  /// core however many workers issue them (figures: docs/io.md, "Backends");
+  /// core however many workers issue them (docs/io.md, "Backends");
   /// the thread backend saves a pool thread's wake-up and a hand-off per
   /// read. The cost for a read the cache cannot serve: an fcntl(F_GETFL) and
   /// a failed preadv2; O_DIRECT reads pay the fcntl only. Off: every read

@@ -176,8 +176,9 @@ struct ReactorStats {
   std::uint64_t by_submitters = 0;  ///< the submitting thread, right after its io_uring_enter
   /// Times an idle worker entered the kernel to wait in the ring (each ends
   /// in a wake-up: a completion, the engine's call for work, or a bound
-  /// without either, when it looks again: 10 ms, doubling to 1.28 s while
-  /// nothing happens). Idle workers wait there only while requests are in flight.
+  /// without either, when it looks again, a bound that grows while nothing
+  /// happens: docs/io.md, "Idle cost"). Idle workers wait there only while
+  /// requests are in flight.
   std::uint64_t worker_waits = 0;
   /// Requests done on the submitting thread with a plain non-blocking
   /// syscall, without the ring: sends the socket had room for, and reads
