@@ -974,19 +974,8 @@ std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpe
     prepare(holder, Context::cpu(), m, attrs);
     holder->counted = true;
     const auto* hooks = static_cast<const HolderHooks*>(holder->aux);
-    for (std::size_t i = 0; i < m; ++i) {
-      VarRecord* v = specs[base + i].var;
-      AccessNode* a = link_access(holder, i, specs[base + i]);
-      if (v->free_for(a->write())) {
-        v->grant(a->write(), holder);
-        hooks->granted(hooks, i, v, ready, true);
-      } else if (v->tail != nullptr) {
-        v->tail->next = a;
-        v->tail = a;
-      } else {
-        v->head = v->tail = a;
-      }
-    }
+    grant_or_queue(holder, specs + base, m, false,
+                   [&](std::size_t i, VarRecord* v) { hooks->granted(hooks, i, v, ready, true); });
   }
   // Before the unlock: a completion may grant a holder's access (and make
   // ops ready) as soon as it can lock the variable.
@@ -997,13 +986,11 @@ std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpe
 
 void EngineCore::release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outcome, std::uint64_t writes) noexcept {
   const AccessNode& a = holder->access[i];
-  VarRecord* v = a.var();
   ReadyList ready;
-  v->lock.lock();
-  if (a.write()) v->version += writes - 1;  // the release counts one
-  v->release_access(a.write(), outcome);
-  grant_waiting<false>(v, ready, holder);
-  v->lock.unlock();
+  release_all<false>(&a, 1, outcome, ready, holder, [&](std::size_t, VarRecord* v) {
+    if (a.write()) v->version += writes - 1;  // the release counts one
+    return true;
+  });
   dispatch_ready(ready);
 }
 

@@ -336,6 +336,10 @@ class EngineCore final : public PoolHost {
   /// Under the locks: links op's accesses; grants those free now (the op
   /// inherits their errors) and queues the rest; returns how many it granted.
   std::int32_t grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n, bool is_delete) noexcept;
+  /// The same, with granted(i, v) called for each access granted instead.
+  template <class Granted>
+  std::int32_t grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n, bool is_delete,
+                              Granted&& granted) noexcept;
   /// Ends granted accesses (op->access or a direct run's specs): each under
   /// its variable's lock, released with `outcome`; then, where
   /// under_lock(i, v) says so, what waits behind it is granted and the ops

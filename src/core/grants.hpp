@@ -149,6 +149,14 @@ inline void EngineCore::grant_all(const AccessSpec* specs, std::size_t n, const 
 
 inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n,
                                                bool is_delete) noexcept {
+  return grant_or_queue(op, specs, n, is_delete, [this, op](std::size_t, VarRecord* v) {
+    if (live(v->error)) inherit(op, v->error);
+  });
+}
+
+template <class Granted>
+inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* specs, std::size_t n, bool is_delete,
+                                               Granted&& on_grant) noexcept {
   std::int32_t granted = 0;
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
@@ -159,7 +167,7 @@ inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* s
     }
     if (v->free_for(a->write())) {
       v->grant(a->write(), op);
-      if (live(v->error)) inherit(op, v->error);
+      on_grant(i, v);
       ++granted;
     } else if (v->tail != nullptr) {
       v->tail->next = a;
