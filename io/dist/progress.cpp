@@ -216,6 +216,7 @@ void Progress::waiting(const Sequence* books) {
   {
     std::lock_guard lock(mu_);
     waiting_ = books;
+    news_ = true;
   }
   cv_.notify_all();
 }
@@ -488,6 +489,8 @@ void Progress::announced(int source, const Envelope& h, const std::vector<std::b
   a.check = h.seq;
   std::memcpy(&a.summary, message.data() + sizeof h, sizeof a.summary);
   heard_.push_back(a);
+  std::lock_guard lock(mu_);
+  news_ = true;
 }
 
 void Progress::announce(const std::vector<std::byte>& message) {
@@ -501,6 +504,8 @@ void Progress::heard() {
   std::uint64_t check = 0;
   {
     std::lock_guard lock(mu_);
+    if (!news_) return;  // nothing to compare that was not compared already
+    news_ = false;
     // A check this rank has entered compares the books itself.
     std::erase_if(heard_, [&](const Heard& a) { return a.check <= checks_joined_; });
     if (heard_.empty() || waiting_ == nullptr || failure_ != nullptr) return;

@@ -233,6 +233,7 @@ class Progress {
   /// behalf): guarded by mu_, so that the two never both post one.
   std::uint64_t checks_joined_ = 0;
   const Sequence* waiting_ = nullptr;  // guarded by mu_: the books of a pushing thread blocked in a wait
+  bool news_ = false;  // guarded by mu_: an announcement or a wait came since heard() last compared
 
   // The progress thread's own state (nobody else touches it).
   std::vector<MPI_Request> requests_;
