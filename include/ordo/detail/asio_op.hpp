@@ -238,12 +238,17 @@ struct StateBase {
   template <class Handler>
   void invoke(Handler& h) {
     error_ref.observe();  // handed to the handler: the engine's waits pass over it
+    // The handler's alone from here: the state, released by whichever
+    // thread drops it last (perhaps one the handler never synchronises
+    // with), shares no exception with it.
+    const detail::ErrorRef ref = std::move(error_ref);
+    std::exception_ptr e = std::move(error);
     if constexpr (std::is_void_v<R>) {
-      std::move(h)(error);
-    } else if (error) {
-      std::move(h)(error, R{});
+      std::move(h)(std::move(e));
+    } else if (e) {
+      std::move(h)(std::move(e), R{});
     } else {
-      std::move(h)(error, std::move(*result));
+      std::move(h)(std::move(e), std::move(*result));
     }
   }
 };
