@@ -280,8 +280,9 @@ class Engine {
 
   /// Captured graphs (include <ordo/graph.hpp>, which defines the
   /// templates; docs/graphs.md): `fn` runs on the calling thread and the
-  /// pushes it makes on this engine are recorded, not run; replay() pushes
-  /// the recorded sequence again, as if each push were made at that point.
+  /// pushes it makes on this engine are recorded, not run; replay() runs
+  /// the recorded sequence again, as if each push were made at that point
+  /// (one push holds the graph's variables; its ops wait in the replay).
   /// `arg`: a value the bodies of that replay read with ordo::replay_arg<T>().
   template <class F>
   [[nodiscard]] Graph capture(F&& fn);

@@ -31,7 +31,7 @@ namespace ordo {
 namespace detail {
 struct ReplayState;
 struct GraphAccess;
-/// Pushes the graph's recorded ops in order (src/graph/replay.cpp). Returns
+/// Starts a replay of the graph (src/graph/replay.cpp). Returns
 /// the replay's state when `awaited` (the caller then owns one reference,
 /// dropped by replay_drop), null otherwise.
 ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited);
