@@ -213,7 +213,8 @@ class EngineCore final : public PoolHost {
   void report_late_error(std::exception_ptr e, const char* op_name);
 
   // A replay's recorded ops (src/graph/replay.cpp): they wait in the
-  // replay, not in variable queues; one op per variable holds it for them.
+  // replay, not in variable queues; one push of holders holds the graph's
+  // variables for them.
   /// Pushes holders (OpTraits::kHolder, each with its HolderHooks in
   /// `aux`) with the accesses `specs` (sorted by variable, each once), at
   /// most kMaxAccess each, in order: one atomic step, which also counts

@@ -105,7 +105,6 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
     std::vector<std::uint32_t>& succ = nodes[static_cast<std::size_t>(from)]->succ;
     if (!succ.empty() && succ.back() == to) return;  // already an edge through another variable
     succ.push_back(to);
-    ++nodes[to]->preds;
     ++data_->waits[to];
     ++data_->edges;
   };

@@ -65,7 +65,8 @@ struct ReplayState {
   /// pushes. A body is destroyed once its op has released its variables
   /// (run, skipped or failed), or when its push fails; the last one to go
   /// finishes the replay. acq_rel: the finisher sees every op's writes.
-  /// Without pushes, only the ops without successors count (HeldRun).
+  /// Without pushes, only the ops without successors (HeldRun) and the
+  /// starters (StartRun) count, + 1.
   std::atomic<std::size_t> pending{1};
   /// Awaited only (ordo::replay). kPending, kReady, kAbandoned or the
   /// address of the suspended coroutine; `error` is written before kReady

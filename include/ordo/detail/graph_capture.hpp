@@ -43,7 +43,6 @@ struct GraphNode {
   /// Resolved at capture: recorded ops after this one that conflict with it
   /// with no recorded op between them on that variable (the graph's edges).
   std::vector<std::uint32_t> succ;
-  std::uint32_t preds = 0;
 };
 
 struct GraphData;
