@@ -666,8 +666,8 @@ Placement EngineCore::place_of(const Op& op, Origin origin) const {
   if (ts.engine != this) return {Place::queue, pool};  // a pusher, or a thread that completes from outside
   // On a worker of this engine.
   if (op.prop == FnProperty::async) return {at_push ? Place::now : Place::next};  // a launcher: no queue hop
-  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps && ts.running == nullptr &&
-      ts.inline_ops.empty()) {
+  if (ts.pool == pool && !pool->is_priority() && ts.continuations < kPeriodOps &&
+      (ts.running == nullptr || origin == Origin::finished) && ts.inline_ops.empty()) {
     // Its continuation: the first op released by the op this worker just
     // finished runs next here (no queue, no wake-up, its data in this
     // core's cache). Only one, and only once the body has returned: every
@@ -676,6 +676,13 @@ Placement EngineCore::place_of(const Op& op, Origin origin) const {
   }
   return {Place::queue, pool};
 }
+
+std::uint32_t EngineCore::continuations_here(const OpShape& op) const {
+  if (place_of(op, Origin::finished).where != Place::chain) return 0;
+  return kPeriodOps - t_state.continuations;
+}
+
+void EngineCore::continued(std::uint32_t n) noexcept { t_state.continuations += n; }
 
 void EngineCore::dispatch(OpRecord* op, Origin origin, QueueBatch* batch) {
   if (FenceGate* gate = gate_.load(std::memory_order_relaxed); gate != nullptr) [[unlikely]] {
@@ -905,10 +912,10 @@ std::int64_t EngineCore::held_back_count() const noexcept {
   return in_flight_.load(std::memory_order_seq_cst) - async_started_.load(std::memory_order_relaxed);
 }
 
-void EngineCore::op_finished() noexcept {
+void EngineCore::op_finished(std::uint32_t n) noexcept {
   ThreadState& ts = t_state;
   if (ts.call != nullptr && ts.call->engine == this) {
-    ++ts.call->finished;  // subtracted when the call ends
+    ts.call->finished += n;  // subtracted when the call ends
     return;
   }
   if (ts.engine == this) {
@@ -916,15 +923,15 @@ void EngineCore::op_finished() noexcept {
     // cache line then stays with the pushing thread. It is flushed at the
     // latest when the worker runs out of work, so the count reaches zero as
     // soon as the engine is idle.
-    if (++ts.finished >= kPeriodOps) flush_finished();
+    if ((ts.finished += n) >= kPeriodOps) flush_finished();
     return;
   }
   // A foreign thread (async completion, inline run on a pusher): once the
   // count can reach zero the engine may be destroyed, so decrement under the
   // mutex the destructor waits on; the unlock is the last touch.
-  stats_.count_completed(1);
+  stats_.count_completed(n);
   std::lock_guard lock(idle_mutex_);
-  const std::int64_t after = in_flight_.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  const std::int64_t after = in_flight_.fetch_sub(n, std::memory_order_seq_cst) - n;
   if (must_notify(after)) idle_cv_.notify_all();
 }
 
@@ -964,6 +971,9 @@ void EngineCore::flush_finished() noexcept {
 
 std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n,
                                        const OpAttrs& attrs, std::size_t ops) {
+  // The ops the holders stand for wait for room like pushed ones: a loop of
+  // replays is held back as a loop of pushes is.
+  if (opts_.max_in_flight != 0 && held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) throttle();
   const std::size_t locked = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
   if (locked != n) return locked;
   ReadyList ready;  // stays empty: a grant at push makes nothing ready
@@ -991,7 +1001,7 @@ void EngineCore::release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outc
     if (a.write()) v->version += writes - 1;  // the release counts one
     return true;
   });
-  dispatch_ready(ready);
+  if (!ready.empty()) dispatch_ready(ready);
 }
 
 void EngineCore::end_holder(OpRecord* holder) noexcept {

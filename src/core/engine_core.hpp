@@ -70,9 +70,10 @@ class QueueBatch {
   OpList ops_;
 };
 
-/// What made an op ready: its push (every access granted at once), or the
-/// completion of another op (or a fence's release).
-enum class Origin : std::uint8_t { push, completion };
+/// What made an op ready: its push (every access granted at once), the
+/// completion of another op (or a fence's release), or a replay's recorded
+/// op whose body has just returned on this thread (EngineCore::continuations_here).
+enum class Origin : std::uint8_t { push, completion, finished };
 
 /// What place() decides on: an op's record where it is made ready, or a
 /// push that has none yet (the direct path, a lease granted at push,
@@ -195,6 +196,18 @@ class EngineCore final : public PoolHost {
   /// Where `op`, ready now on this thread, runs: the one placement decision.
   [[nodiscard]] Placement place(const OpRecord* op, Origin origin) const;
   [[nodiscard]] Placement place(const OpShape& op, Origin origin) const;
+  /// How many ops shaped like `op`, each made ready by the body that has
+  /// just returned on this worker, may run here one after another as its
+  /// continuations (place() says Place::chain; 0 when it does not): the
+  /// caller runs them at once, without op records (a replay's recorded
+  /// ops), and reports how many it ran (continued()).
+  [[nodiscard]] std::uint32_t continuations_here(const OpShape& op) const;
+  static void continued(std::uint32_t n) noexcept;
+  /// `n` ops run by continuations_here's callers have finished (they were
+  /// counted in flight when pushed, like any op).
+  void finished_here(std::uint32_t n) noexcept {
+    if (n > 0) op_finished(n);
+  }
   /// Runs or queues a ready op where place() says (a fence gate may hold it
   /// first). With `batch`, an op to queue joins it (QueueBatch).
   void dispatch(OpRecord* op, Origin origin, QueueBatch* batch = nullptr);
@@ -303,7 +316,7 @@ class EngineCore final : public PoolHost {
   /// Runs the ops trampolined on this thread (run_later) until none is left.
   static void drain_inline(ThreadState& ts);
   void run_later(OpRecord* op);
-  void op_finished() noexcept;
+  void op_finished(std::uint32_t n = 1) noexcept;
   bool must_notify(std::int64_t after) const noexcept;
   std::int64_t held_back_count() const noexcept;
   void subtract_finished(std::int64_t n) noexcept;

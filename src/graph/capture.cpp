@@ -2,6 +2,7 @@
 // scope become graph nodes, their dependencies resolved once at the end.
 #include <algorithm>
 #include <functional>
+#include <memory_resource>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -33,18 +34,19 @@ OpFn& GraphRecorder::begin_fn() {
 
 void GraphRecorder::commit_fn(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
   std::unique_ptr<GraphNode> node = std::move(pending_);
-  const std::string label = std::string(call) + (attrs.name != nullptr ? std::string(" '") + attrs.name + "'" : "");
+  auto label = [&] { return std::string(call) + (attrs.name != nullptr ? std::string(" '") + attrs.name + "'" : ""); };
   if (attrs.prop == FnProperty::delete_var) {
-    throw Error(Errc::invalid_argument, label + ": FnProperty::delete_var is reserved for delete_variable");
+    throw Error(Errc::invalid_argument, label() + ": FnProperty::delete_var is reserved for delete_variable");
   }
   if (ctx.device_id < 0 || ctx.is_gpu()) {
     // GPU ops in a capture are to become CUDA graphs (docs/graphs.md): not yet.
     throw Error(Errc::invalid_argument,
-                label + " inside Engine::capture: only CPU contexts can be captured (got " +
+                label() + " inside Engine::capture: only CPU contexts can be captured (got " +
                     (ctx.is_gpu() ? "gpu " : "cpu ") + std::to_string(ctx.device_id) + ")");
   }
   node->access.resize(reads.size() + writes.size());
   node->access.resize(EngineCore::normalize(reads, writes, node->access.data(), EngineExtension::core(*engine_)));
+  if (node->access.size() > EngineCore::kMaxAccess) throw Error(Errc::invalid_argument, label() + ": too many variables");
   node->async = node->fn.is_async();
   node->ctx = ctx;
   node->attrs = attrs;
@@ -88,24 +90,81 @@ void GraphRecorder::refuse_layer_push(std::uint8_t traits) {
   refuse("a coroutine push (ordo::push, co_await engine.push or ordo::wait_for)");  // the lease form
 }
 
+namespace {
+/// Per node, a list of indexes; in the capture's scratch memory.
+using NodeLists = std::pmr::vector<std::pmr::vector<std::uint32_t>>;
+
+/// GraphData::steps and flat, from the per-node lists finish() built.
+void pack_steps(GraphData* data, const NodeLists& var_index, const NodeLists& exits, const NodeLists& succ,
+                const std::pmr::vector<std::uint32_t>& moved_to) {
+  using G = GraphData;
+  const auto& nodes = data->nodes;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) total += var_index[i].size() + exits[i].size() + succ[i].size();
+  if (total > G::kIndex || data->vars.size() > G::kIndex || nodes.size() > G::kNodeIndex) {
+    throw Error(Errc::invalid_argument, "Engine::capture: the graph is too large (" + std::to_string(total) +
+                                            " accesses and edges; at most " + std::to_string(G::kIndex) + ")");
+  }
+  data->steps.resize(nodes.size());
+  data->flat.reserve(total);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& n = *nodes[i];
+    G::Step& st = data->steps[i];
+    st.at = static_cast<std::uint32_t>(data->flat.size());
+    st.vars = static_cast<std::uint16_t>(var_index[i].size());  // at most EngineCore::kMaxAccess (commit_fn)
+    st.exits = static_cast<std::uint16_t>(exits[i].size());
+    st.succ = static_cast<std::uint32_t>(succ[i].size());
+    st.flags = static_cast<std::uint8_t>((n.attrs.always_run ? G::kAlwaysRun : 0) |
+                                         (n.attrs.error_to_awaiter ? G::kErrorToAwaiter : 0) |
+                                         (n.oper != nullptr ? G::kOper : 0));
+    for (std::size_t a = 0; a < var_index[i].size(); ++a) {
+      data->flat.push_back(moved_to[var_index[i][a]] | (n.access[a].write ? G::kWrite : 0));
+    }
+    for (const std::uint32_t k : exits[i]) {
+      const std::uint32_t to = moved_to[k];
+      data->flat.push_back(to | (data->vars[to].exit_ops == 1 ? G::kSoleExit : 0));
+    }
+    for (const std::uint32_t j : succ[i]) {
+      data->flat.push_back(j | (data->edges_in[j] == 1 ? G::kOneEdge : 0) | (data->waits[j] == 1 ? G::kOneWait : 0));
+    }
+  }
+}
+
+/// What finish() knows of a variable while it walks the recorded ops.
+struct Last {
+  using allocator_type = std::pmr::polymorphic_allocator<>;
+  explicit Last(const allocator_type& a) : readers(a) {}
+  Last(Last&& o, const allocator_type& a) : writer(o.writer), readers(std::move(o.readers), a), index(o.index) {}
+  std::int64_t writer = -1;
+  std::pmr::vector<std::uint32_t> readers;
+  std::uint32_t index = 0;  ///< in data_->vars
+};
+}  // namespace
+
 std::shared_ptr<GraphData> GraphRecorder::finish() {
+  // The temporaries below, freed at once at the end: a litter of small
+  // frees would be swept by the next large allocation (a replay's).
+  std::pmr::monotonic_buffer_resource scratch;
   // Each recorded op depends on the last recorded write of each variable it
   // touches and, if it writes, on the reads recorded since that write: the
   // engine's ordering rule applied once, to the recorded order.
-  struct Last {
-    std::int64_t writer = -1;
-    std::vector<std::uint32_t> readers;
-    std::uint32_t index = 0;  ///< in data_->vars
-  };
-  std::unordered_map<const VarRecord*, Last> last;
+  std::pmr::unordered_map<const VarRecord*, Last> last(&scratch);
   auto& nodes = data_->nodes;
-  data_->var_index.resize(nodes.size());
+  // Per node: the index in vars of each of its accesses; the variables it
+  // is among the last ops on; its successors (the recorded ops after it that
+  // conflict with it with no recorded op between them on that variable: the
+  // graph's edges). Packed into GraphData::flat at the end.
+  NodeLists var_index(nodes.size(), &scratch);
+  NodeLists exits(nodes.size(), &scratch);
+  NodeLists succ(nodes.size(), &scratch);
   data_->waits.assign(nodes.size(), 0);
+  data_->edges_in.assign(nodes.size(), 0);
   auto edge = [&](std::int64_t from, std::uint32_t to) {
-    std::vector<std::uint32_t>& succ = nodes[static_cast<std::size_t>(from)]->succ;
-    if (!succ.empty() && succ.back() == to) return;  // already an edge through another variable
-    succ.push_back(to);
+    std::pmr::vector<std::uint32_t>& out = succ[static_cast<std::size_t>(from)];
+    if (!out.empty() && out.back() == to) return;  // already an edge through another variable
+    out.push_back(to);
     ++data_->waits[to];
+    ++data_->edges_in[to];
     ++data_->edges;
   };
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
@@ -117,7 +176,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
         data_->vars.push_back({a, i, 0, 0, {}});
       }
       GraphData::VarUse& use = data_->vars[l.index];
-      data_->var_index[i].push_back(l.index);
+      var_index[i].push_back(l.index);
       if (a.write) {
         use.spec.write = true;
         ++use.writes;
@@ -140,29 +199,32 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   }
   // The last recorded ops on each variable: the reads after its last
   // write, or that write (every other access comes before them).
-  data_->exits.resize(nodes.size());
   for (auto& [var, l] : last) {
     GraphData::VarUse& use = data_->vars[l.index];
     if (!l.readers.empty()) {
-      for (const std::uint32_t r : l.readers) data_->exits[r].push_back(l.index);
+      for (const std::uint32_t r : l.readers) exits[r].push_back(l.index);
       use.exit_ops = static_cast<std::uint32_t>(l.readers.size());
     } else {
-      data_->exits[static_cast<std::size_t>(l.writer)].push_back(l.index);
+      exits[static_cast<std::size_t>(l.writer)].push_back(l.index);
       use.exit_ops = 1;
     }
   }
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
-    if (data_->waits[i] == 0) data_->free_ops.push_back(i);
-    if (nodes[i]->succ.empty()) ++data_->sinks;
+    if (data_->waits[i] == 0) {
+      data_->free_ops.push_back(i);
+    } else if (data_->edges_in[i] == 0) {
+      data_->roots.push_back(i);
+    }
+    if (succ[i].empty()) ++data_->sinks;
     if (nodes[i]->oper != nullptr) data_->oper_ops.push_back(i);
   }
   // The variables in address order, the order a replay locks them in.
-  std::vector<std::uint32_t> order(data_->vars.size());
+  std::pmr::vector<std::uint32_t> order(data_->vars.size(), &scratch);
   for (std::uint32_t k = 0; k < order.size(); ++k) order[k] = k;
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
     return std::less<>{}(data_->vars[a].spec.var, data_->vars[b].spec.var);
   });
-  std::vector<std::uint32_t> moved_to(order.size());
+  std::pmr::vector<std::uint32_t> moved_to(order.size(), &scratch);
   std::vector<GraphData::VarUse> sorted;
   sorted.reserve(order.size());
   for (std::uint32_t k = 0; k < order.size(); ++k) {
@@ -170,12 +232,10 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
     sorted.push_back(std::move(data_->vars[order[k]]));
   }
   data_->vars = std::move(sorted);
-  for (std::vector<std::uint32_t>& list : data_->var_index) {
-    for (std::uint32_t& k : list) k = moved_to[k];
-  }
-  for (std::vector<std::uint32_t>& list : data_->exits) {
-    for (std::uint32_t& k : list) k = moved_to[k];
-  }
+  pack_steps(data_.get(), var_index, exits, succ, moved_to);
+  // The first replay's state, made here: a replay then allocates only when
+  // replays of the graph overlap.
+  make_spare_replay(*data_);
   data_->specs.reserve(data_->vars.size());
   for (const GraphData::VarUse& use : data_->vars) data_->specs.push_back(use.spec);
   pending_.reset();

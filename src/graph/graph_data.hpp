@@ -5,22 +5,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/spin_lock.hpp"
 #include "ordo/detail/graph_capture.hpp"
 
 namespace ordo::detail {
 
 struct ErrorRecord;
+struct ReplayState;
+/// Deletes a replay's state (src/graph/replay.cpp, where it is complete).
+struct ReplayStateFree {
+  void operator()(ReplayState* s) const noexcept;
+};
 
 /// The state of one replay without pushes (src/graph/replay.cpp) that is
 /// sized by the graph: what each recorded op still waits for, and each
-/// variable as the replay sees it. A graph keeps those of finished replays
-/// for its next ones (GraphData::spare): no allocation per replay once warm.
+/// variable as the replay sees it.
 struct ReplayArrays {
   struct Held {
-    /// Its last recorded ops (GraphData::exits) not finished yet; the last
+    /// Its last recorded ops (GraphData::Step::exits) not finished yet; the last
     /// one ends the hold.
     std::atomic<std::int32_t> left{0};
     /// The error its next access sees (a reference): the one it carried
@@ -29,8 +33,19 @@ struct ReplayArrays {
     ErrorRecord* error = nullptr;
     bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
   };
-  std::unique_ptr<std::atomic<std::int32_t>[]> waits;
+  /// Decremented through std::atomic_ref; written whole (memcpy) before
+  /// the replay's ops can run.
+  std::unique_ptr<std::int32_t[]> waits;
   std::unique_ptr<Held[]> held;
+
+  /// Sized for `ops` recorded ops on `vars` variables (and written: no page
+  /// is first touched by a replay).
+  static std::unique_ptr<ReplayArrays> make(std::size_t ops, std::size_t vars) {
+    auto a = std::make_unique<ReplayArrays>();
+    a->waits = std::make_unique<std::int32_t[]>(ops);
+    a->held = std::make_unique<Held[]>(vars);
+    return a;
+  }
 };
 
 /// Built by one GraphRecorder, immutable from GraphRecorder::finish on
@@ -55,23 +70,56 @@ struct GraphData {
     std::vector<std::uint32_t> entry_ops;
   };
   std::vector<VarUse> vars;
-  /// Per node: the index in `vars` of each of its accesses, in access order.
-  std::vector<std::vector<std::uint32_t>> var_index;
+  /// Per node, what a replay without pushes reads when its op ends, packed
+  /// in two arrays (a graph of many small ops outgrows the caches, and a
+  /// vector per node costs a miss per vector per op). The node's run in
+  /// `flat` holds, from `at`: its accesses' indexes in `vars` (access order,
+  /// kWrite set for a write), the variables it is among the last ops on
+  /// (kSoleExit set where it is the only one), then its successors (kOneEdge
+  /// set where this is the successor's only edge in, kOneWait where it is
+  /// all the successor waits for: its count need not be decremented).
+  struct Step {
+    std::uint32_t at = 0;
+    std::uint32_t succ = 0;
+    std::uint16_t vars = 0;
+    std::uint16_t exits = 0;
+    std::uint8_t flags = 0;  ///< kAlwaysRun, kErrorToAwaiter, kOper
+  };
+  static constexpr std::uint32_t kWrite = 1u << 31;
+  static constexpr std::uint32_t kSoleExit = 1u << 31;
+  static constexpr std::uint32_t kIndex = kWrite - 1;
+  static constexpr std::uint32_t kOneEdge = 1u << 31;
+  static constexpr std::uint32_t kOneWait = 1u << 30;
+  static constexpr std::uint32_t kNodeIndex = kOneWait - 1;
+  static constexpr std::uint8_t kAlwaysRun = 1;
+  static constexpr std::uint8_t kErrorToAwaiter = 2;
+  static constexpr std::uint8_t kOper = 4;
+  std::vector<Step> steps;
+  std::vector<std::uint32_t> flat;
   /// Per node: what it waits for in a replay: its edges in, and its entries.
   std::vector<std::uint32_t> waits;
+  /// Per node: its edges in only (what it waits for once every variable is
+  /// granted).
+  std::vector<std::uint32_t> edges_in;
   /// Nodes that wait for nothing (no variables): ready when the replay starts.
   std::vector<std::uint32_t> free_ops;
-  /// Per node: the variables (in `vars`) it is among the last ops on.
-  std::vector<std::vector<std::uint32_t>> exits;
+  /// Nodes that wait only for entries: ready once their variables are granted.
+  std::vector<std::uint32_t> roots;
   /// Nodes without successors.
   std::size_t sinks = 0;
   /// Nodes that push a pre-built operator.
   std::vector<std::uint32_t> oper_ops;
   /// vars' specs, in the same order: what a replay's holders push.
   std::vector<AccessSpec> specs;
-  /// Arrays of finished replays, for the next ones.
-  mutable std::mutex spare_mutex;
-  mutable std::vector<std::unique_ptr<ReplayArrays>> spare;
+  /// The states of finished replays, arrays included, for the next ones
+  /// (the first made at capture): no allocation per replay once warm.
+  mutable SpinLock spare_lock;
+  mutable std::vector<std::unique_ptr<ReplayState, ReplayStateFree>> spare;
 };
 
+}  // namespace ordo::detail
+
+namespace ordo::detail {
+/// Puts the state of a first replay in g.spare (at capture).
+void make_spare_replay(const GraphData& g);
 }  // namespace ordo::detail

@@ -8,6 +8,7 @@
 // hand each the replay's argument and to count the replay's ops down.
 #include <any>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 
 #include "core/engine_core.hpp"
 #include "core/grants.hpp"
+#include "core/thread_state.hpp"
 #include "graph_data.hpp"
 #include "ordo/detail/coro_runtime.hpp"
 #include "ordo/detail/error_ref.hpp"
@@ -44,6 +46,24 @@ class ArgScope {
 constexpr std::uintptr_t kPending = 0;    ///< ops left, nobody waits
 constexpr std::uintptr_t kReady = 1;      ///< every op finished
 constexpr std::uintptr_t kAbandoned = 2;  ///< the awaitable is gone
+
+/// One of what a recorded op waits for has come: true when it was the last.
+bool count_down_one(std::int32_t& waits) noexcept {
+  return std::atomic_ref<std::int32_t>(waits).fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+/// Variables per starter (a size, not tuned): the replaying thread hands
+/// the ops that start on them to a worker, which makes and dispatches them.
+/// A graph with fewer variables has none: the replaying thread starts its
+/// ops itself, which costs less than a starter's record.
+constexpr std::size_t kStartBatch = 32;
+std::size_t starter_count(std::size_t vars) noexcept {
+  return vars <= kStartBatch ? 0 : (vars + kStartBatch - 1) / kStartBatch;
+}
+/// Holders of a replay of a graph of `vars` variables.
+std::size_t holder_count(std::size_t vars) noexcept {
+  return (vars + EngineCore::kMaxAccess - 1) / EngineCore::kMaxAccess;
+}
 }  // namespace
 
 struct ReplayState;
@@ -85,33 +105,73 @@ struct ReplayState {
   std::vector<HoldChunk> holders;
   EngineCore* core = nullptr;
   std::unique_ptr<ReplayArrays> arrays;
-  std::atomic<std::int32_t>* waits = nullptr;  ///< arrays->waits
-  ReplayArrays::Held* held = nullptr;          ///< arrays->held
+  std::int32_t* waits = nullptr;  ///< arrays->waits
+  ReplayArrays::Held* held = nullptr;  ///< arrays->held
   /// Set (relaxed) before any error is put in `held`: an op sees it set
   /// whenever a variable's copy it reads carries one (the graph's edges
   /// order the two), and looks at its variables only then.
   std::atomic<bool> errors{false};
+  /// Variables granted inside the holders' push (the replaying thread's);
+  /// all_at_push when that is every one: the ops then wait only for their
+  /// edges (GraphData::edges_in), and the starters start the graph's roots.
+  std::size_t granted_at_push = 0;
+  bool all_at_push = false;
+  /// push_held's lists of the records it pushes (kept for the next replay).
+  std::vector<OpRecord*> records, starters;
 
-  ~ReplayState() {
-    if (arrays == nullptr) return;
-    for (std::size_t k = 0; k < graph->vars.size(); ++k) {
-      release(held[k].error);
-      held[k].error = nullptr;
-      held[k].at_push = false;
+  /// A state for a replay of `g`: a finished replay's, or a new one.
+  static ReplayState* take(const std::shared_ptr<const GraphData>& g) {
+    ReplayState* s = nullptr;
+    {
+      std::lock_guard lock(g->spare_lock);
+      if (!g->spare.empty()) {
+        s = g->spare.back().release();
+        g->spare.pop_back();
+      }
     }
-    std::lock_guard lock(graph->spare_mutex);
-    graph->spare.push_back(std::move(arrays));
+    if (s == nullptr) s = new ReplayState;
+    s->graph = g;
+    return s;
   }
 
   void unref() noexcept {
-    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) recycle();
+  }
+  /// The last reference went: back to the graph's spare states, cleared.
+  void recycle() noexcept {
+    std::shared_ptr<const GraphData> g = std::move(graph);
+    if (arrays != nullptr) {  // a replay that pushes its ops leaves them as they were
+      for (std::size_t k = 0; k < g->vars.size(); ++k) {
+        ReplayArrays::Held& h = arrays->held[k];
+        release(h.error);
+        h.error = nullptr;
+        h.at_push = false;
+      }
+    }
+    arg.reset();
+    notify = nullptr;
+    error = ErrorRef();
+    awaited = false;
+    word.store(kPending, std::memory_order_relaxed);
+    refs.store(1, std::memory_order_relaxed);
+    errors.store(false, std::memory_order_relaxed);
+    granted_at_push = 0;
+    all_at_push = false;
+    holders.clear();  // a replay that pushes its ops has none
+    try {
+      std::lock_guard lock(g->spare_lock);
+      g->spare.emplace_back(this);
+    } catch (...) {
+      delete this;  // no room to keep it
+    }
+    // Dropping `g` may destroy the graph, and this state with it.
   }
   void fail(ErrorRef e) noexcept {
     if (e.exception() == nullptr) return;
     std::lock_guard lock(error_mutex);
     if (error.exception() == nullptr) error = std::move(e);
   }
-  /// One body gone (or, n > 1, bodies never made).
+  /// One body gone (or n: bodies never made, ops run without records).
   void done(std::size_t n = 1) noexcept {
     if (pending.fetch_sub(n, std::memory_order_acq_rel) != n) return;
     // Every recorded op has finished, so every hold has ended: the holders
@@ -131,6 +191,19 @@ struct ReplayState {
     unref();
   }
 };
+
+void ReplayStateFree::operator()(ReplayState* s) const noexcept { delete s; }
+
+void make_spare_replay(const GraphData& g) {
+  // Everything a replay without pushes sizes by the graph, made now: the
+  // first replay allocates nothing.
+  auto s = std::make_unique<ReplayState>();
+  s->arrays = ReplayArrays::make(g.nodes.size(), g.vars.size());
+  s->holders.reserve(holder_count(g.vars.size()));  // a replay that pushes its ops has none
+  s->records.reserve(holder_count(g.vars.size()));
+  s->starters.reserve(starter_count(g.vars.size()));
+  g.spare.emplace_back(s.release());
+}
 
 namespace {
 
@@ -212,7 +285,7 @@ OpRecord* make_op(ReplayState* s, std::uint32_t i);
 void count_down(ReplayState* s, const std::uint32_t* p, const std::uint32_t* end, ReadyList& ready) {
   for (; p != end; ++p) {
     const std::uint32_t j = *p;
-    if (s->waits[j].fetch_sub(1, std::memory_order_acq_rel) == 1) ready.push(make_op(s, j));
+    if (count_down_one(s->waits[j])) ready.push(make_op(s, j));
   }
 }
 
@@ -236,6 +309,7 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
   }
   if (at_push) {
     s->held[k].at_push = true;
+    ++s->granted_at_push;
   } else {
     count_down_entries(s, k, ready);
   }
@@ -249,18 +323,67 @@ void end_hold(ReplayState* s, std::uint32_t k) noexcept {
   s->core->release_hold(chunk.op, k - chunk.base, use.spec.write ? s->held[k].error : nullptr, use.writes);
 }
 
+constexpr std::uint32_t kNone = ~std::uint32_t{0};
+
+/// Which ready recorded ops run on this worker at once, without a record
+/// (run_here): those place() makes its continuations, asked once per run
+/// of ops of one shape (property and context) and counted against the
+/// worker's continuation budget as it allows. It also counts what the ops
+/// it let run owe the engine and the replay, paid when it goes (the ops
+/// finished) and by its owner (owed(): the ops without successors, whose
+/// count the replay gets from the owner's destructor, outside any body).
+class Continuer {
+ public:
+  explicit Continuer(EngineCore* core) noexcept : core_(core) {}
+  ~Continuer() {
+    EngineCore::continued(used_);
+    core_->finished_here(ran_);
+  }
+  Continuer(const Continuer&) = delete;
+  Continuer& operator=(const Continuer&) = delete;
+
+  bool take(const GraphNode& n) {
+    if (n.async) return false;
+    if (left_ == 0 || n.attrs.prop != prop_ || n.ctx != ctx_) {
+      EngineCore::continued(std::exchange(used_, 0));
+      prop_ = n.attrs.prop;
+      ctx_ = n.ctx;
+      left_ = core_->continuations_here(OpShape{.traits = kOutcomeToBody, .prop = prop_, .ctx = ctx_});
+      if (left_ == 0) return false;
+    }
+    --left_;
+    ++used_;
+    ++ran_;
+    return true;
+  }
+  void sink() noexcept { ++owed_; }
+  [[nodiscard]] EngineCore* core() const noexcept { return core_; }
+  [[nodiscard]] std::uint32_t owed() const noexcept { return owed_; }
+
+ private:
+  EngineCore* core_;
+  std::uint32_t left_ = 0;
+  std::uint32_t used_ = 0;
+  std::uint32_t ran_ = 0;
+  std::uint32_t owed_ = 0;
+  FnProperty prop_ = FnProperty::normal;
+  Context ctx_{};
+};
+
 /// A recorded op of a replay without pushes. Skipped, as a pushed op
 /// would be, when a variable it touches carries an error (the replay's
-/// copy); its destruction passes its outcome on to the variables it
-/// writes, counts its successors down and ends the holds it was last on.
+/// copy); once it ends (finish()) its outcome passes on to the variables it
+/// writes, the holds it was last on end and its successors count down.
 struct HeldRun {
-  ReplayState* s;
+  ReplayState* s;  ///< null once finished
   OpRecord* self;
-  std::uint32_t i;
+  std::uint32_t i;  ///< kNone: finished; `owed` ops without successors to count in the replay
+  std::uint32_t owed = 0;
   ErrorRecord* skip = nullptr;  ///< the error that skipped it (a reference)
 
   HeldRun(ReplayState* st, OpRecord* op, std::uint32_t index) noexcept : s(st), self(op), i(index) {}
-  HeldRun(HeldRun&& o) noexcept : s(std::exchange(o.s, nullptr)), self(o.self), i(o.i), skip(std::exchange(o.skip, nullptr)) {}
+  HeldRun(HeldRun&& o) noexcept
+      : s(std::exchange(o.s, nullptr)), self(o.self), i(o.i), owed(o.owed), skip(std::exchange(o.skip, nullptr)) {}
   HeldRun(const HeldRun&) = delete;
   HeldRun& operator=(const HeldRun&) = delete;
   HeldRun& operator=(HeldRun&&) = delete;
@@ -273,29 +396,101 @@ struct HeldRun {
   /// Whether the body is skipped: as a push inherits a variable's live error at its grant.
   bool skipped() {
     if (!s->errors.load(std::memory_order_relaxed)) return false;
-    for (const std::uint32_t k : s->graph->var_index[i]) {
-      ErrorRecord* e = s->held[k].error;
+    const GraphData& g = *s->graph;
+    const GraphData::Step& st = g.steps[i];
+    for (const std::uint32_t* p = g.flat.data() + st.at, *end = p + st.vars; p != end; ++p) {
+      ErrorRecord* e = s->held[*p & GraphData::kIndex].error;
       if (s->core->live_error(e)) {
         skip = retain(e);
         break;
       }
     }
-    return skip != nullptr && !node().attrs.always_run;
+    return skip != nullptr && (st.flags & GraphData::kAlwaysRun) == 0;
   }
 
+  /// Not finished by its body's call (an async op; a body that threw, whose
+  /// error complete() left on the record: kOutcomeToBody): finished here.
   ~HeldRun() {
     if (s == nullptr) return;
+    if (i == kNone) {
+      s->done(owed);
+      return;
+    }
+    // Nobody else writes the record's error now.
+    ErrorRecord* own = self != nullptr ? self->error.load(std::memory_order_acquire) : nullptr;
+    if (own != nullptr) self->error.store(nullptr, std::memory_order_relaxed);
+    finish(own, nullptr);
+  }
+
+  /// Op i has ended (run, failed with `own`, a reference taken over, or
+  /// skipped). Its successors that become ready are made and dispatched,
+  /// but for one that `here` (if any) lets run as this worker's
+  /// continuation: returned, to run here without a record; else kNone, and
+  /// the replay may be gone (nothing of it is read after the last
+  /// decrement unless that made an op ready, which keeps it alive).
+  std::uint32_t finish(ErrorRecord* own, Continuer* here) {
     EngineCore* core = s->core;
-    const GraphNode& n = node();
     const GraphData& g = *s->graph;
-    const std::vector<std::uint32_t>& vars = g.var_index[i];
-    ErrorRecord* own = self->error.exchange(nullptr, std::memory_order_acquire);  // complete() left it (kOutcomeToBody)
-    ErrorRecord* outcome = own != nullptr ? own : n.attrs.always_run ? nullptr : skip;
-    ErrorRecord* stored = own != nullptr && n.attrs.error_to_awaiter ? nullptr : outcome;
+    const GraphData::Step& st = g.steps[i];
+    const std::uint32_t* p = g.flat.data() + st.at;
+    // Without errors in the replay (the flag is set before any is stored,
+    // and the edges order the two) no variable's copy changes.
+    if (own != nullptr || s->errors.load(std::memory_order_relaxed)) pass_on(st, p, own);
+    if ((st.flags & GraphData::kOper) != 0) {
+      const GraphNode& n = node();
+      n.oper->engine->release_operator(n.oper);
+    }
+    // The holds this op is among the last on; then its successors, or, for
+    // an op without any, the replay's count: the replay ends when its last
+    // such op has, and every other op has counted its successors down before.
+    p += st.vars;
+    for (const std::uint32_t* end = p + st.exits; p != end; ++p) {
+      const std::uint32_t k = *p & GraphData::kIndex;
+      if ((*p & GraphData::kSoleExit) != 0 || s->held[k].left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        end_hold(s, k);
+      }
+    }
+    ReplayState* const replay = std::exchange(s, nullptr);
+    if (st.succ == 0) {
+      if (here != nullptr) {
+        here->sink();  // counted in the replay by the owner, which keeps it alive
+      } else {
+        replay->done();
+      }
+      return kNone;
+    }
+    std::uint32_t next = kNone;
+    ReadyList ready;
+    // A successor that waits for this op alone needs no decrement.
+    const std::uint32_t alone = replay->all_at_push ? GraphData::kOneEdge : GraphData::kOneWait;
+    for (const std::uint32_t* end = p + st.succ; p != end; ++p) {
+      const std::uint32_t j = *p & GraphData::kNodeIndex;
+      if ((*p & alone) == 0 && !count_down_one(replay->waits[j])) continue;
+      if (here != nullptr && next == kNone && here->take(*g.nodes[j])) {
+        next = j;
+      } else {
+        ready.push(make_op(replay, j));
+      }
+    }
+    if (!ready.empty()) core->dispatch_ready(ready);
+    if (next != kNone) {
+      s = replay;
+      i = next;
+    }
+    return next;
+  }
+
+ private:
+  /// An error (its own, or the one that skipped it): the replay's awaiter
+  /// gets it, the variables it writes carry it on, as pushed.
+  void pass_on(const GraphData::Step& st, const std::uint32_t* p, ErrorRecord* own) noexcept {
+    const bool always_run = (st.flags & GraphData::kAlwaysRun) != 0;
+    ErrorRecord* outcome = own != nullptr ? own : always_run ? nullptr : skip;
+    ErrorRecord* stored = own != nullptr && (st.flags & GraphData::kErrorToAwaiter) != 0 ? nullptr : outcome;
     if (s->awaited && outcome != nullptr) s->fail(ErrorRef::retained(outcome));
-    for (std::size_t a = 0; a < vars.size(); ++a) {
-      if (!n.access[a].write) continue;
-      ErrorRecord*& e = s->held[vars[a]].error;
+    for (const std::uint32_t* end = p + st.vars; p != end; ++p) {
+      if ((*p & GraphData::kWrite) == 0) continue;
+      ErrorRecord*& e = s->held[*p & GraphData::kIndex].error;
       if (e != stored) {
         if (stored != nullptr) s->errors.store(true, std::memory_order_relaxed);
         release(e);
@@ -303,31 +498,52 @@ struct HeldRun {
       }
     }
     release(own);
-    release(skip);
-    if (n.oper != nullptr) n.oper->engine->release_operator(n.oper);
-    // The holds this op is among the last on; then its successors, or, for
-    // an op without any, the replay's count: the replay ends when its last
-    // such op has, and every other op has counted its successors down
-    // before (nothing of the replay is read after the last decrement).
-    for (const std::uint32_t k : g.exits[i]) {
-      if (s->held[k].left.fetch_sub(1, std::memory_order_acq_rel) == 1) end_hold(s, k);
-    }
-    if (n.succ.empty()) {
-      s->done();
-      return;
-    }
-    ReadyList ready;
-    count_down(s, n.succ.data(), n.succ.data() + n.succ.size(), ready);
-    core->dispatch_ready(ready);
+    release(std::exchange(skip, nullptr));
   }
 };
 
+/// Runs `next` (the op `at` stands for, which `here` let run on this
+/// worker) and then each continuation it leaves, here and without an op
+/// record, each as if it had been dispatched to this worker; returns when
+/// one leaves none.
+void run_here(HeldRun& at, std::uint32_t next, int worker, Continuer& here) {
+  EngineCore* core = here.core();
+  ThreadState& ts = t_state;
+  const RunningOp* outer = ts.running;
+  ErrorRecord* own = nullptr;
+  for (; next != kNone; next = at.finish(std::exchange(own, nullptr), &here)) {
+    if (at.skipped()) continue;
+    const GraphNode& n = at.node();
+    const RunningOp running{core, n.attrs.name};  // what a wait inside the body names
+    ts.running = &running;
+    try {
+      const ArgScope arg(&at.s->arg);
+      at.body().invoke_sync(RunContext{n.ctx, nullptr, worker});
+    } catch (...) {
+      own = core->make_error(std::current_exception(), n.attrs.name);
+    }
+    ts.running = outer;
+  }
+}
+
+/// A sync recorded op: its continuations run in the same call (run_here).
 struct HeldSyncRun : HeldRun {
   using HeldRun::HeldRun;
   void operator()(const RunContext& rc) {
-    if (skipped()) return;
-    const ArgScope arg(&s->arg);
-    body().invoke_sync(rc);
+    if (!skipped()) {
+      const ArgScope arg(&s->arg);
+      body().invoke_sync(rc);  // a throw ends the call: complete() passes it on (the destructor)
+    }
+    ReplayState* const replay = s;
+    Continuer here(s->core);
+    run_here(*this, finish(nullptr, &here), rc.worker, here);
+    if (here.owed() > 0) {
+      // The replay's count of them is taken when the record is destroyed,
+      // outside the body (the last one may resume the replay's awaiter).
+      s = replay;
+      i = kNone;
+      owed = here.owed();
+    }
   }
 };
 
@@ -359,31 +575,51 @@ OpRecord* make_op(ReplayState* s, std::uint32_t i) {
   return op;
 }
 
-/// Variables per starter (a size, not tuned): the replaying thread hands
-/// the ops that start on them to a worker, which makes and dispatches them.
-constexpr std::size_t kStartBatch = 32;
-std::size_t starter_count(std::size_t vars) noexcept { return (vars + kStartBatch - 1) / kStartBatch; }
+/// The share of starter `c` (of `count`) in `total` items: [first, second).
+std::pair<std::size_t, std::size_t> share(std::size_t c, std::size_t count, std::size_t total) noexcept {
+  return {c * total / count, (c + 1) * total / count};
+}
 
-/// A starter's body: the recorded ops that start on variables [begin, end)
-/// granted inside the holders' push, made and dispatched from a worker. It
-/// counts in the replay's `pending` (the replay outlives it).
+/// A starter's body, run on a worker. When every variable was granted at
+/// the holders' push (ReplayState::all_at_push), its share of the graph's
+/// roots, run here as far as place() lets (Continuer; else made and
+/// dispatched); otherwise the recorded ops that start on variables
+/// [begin, end) granted at that push, made and dispatched. It counts in the
+/// replay's `pending` (the replay outlives it).
 struct StartRun {
   ReplayState* s;
   std::uint32_t begin, end;
+  std::uint32_t owed = 0;  ///< ops without successors it ran (run_here), counted in the replay with it
   StartRun(ReplayState* st, std::uint32_t b, std::uint32_t e) noexcept : s(st), begin(b), end(e) {}
-  StartRun(StartRun&& o) noexcept : s(std::exchange(o.s, nullptr)), begin(o.begin), end(o.end) {}
+  StartRun(StartRun&& o) noexcept : s(std::exchange(o.s, nullptr)), begin(o.begin), end(o.end), owed(o.owed) {}
   StartRun(const StartRun&) = delete;
   StartRun& operator=(const StartRun&) = delete;
   StartRun& operator=(StartRun&&) = delete;
   ~StartRun() {
-    if (s != nullptr) s->done();
+    if (s != nullptr) s->done(1 + owed);
   }
-  void operator()(const RunContext& /*rc*/) const {
+  void operator()(const RunContext& rc) {
     ReadyList ready;
-    for (std::uint32_t k = begin; k < end; ++k) {
-      if (s->held[k].at_push) count_down_entries(s, k, ready);
+    if (s->all_at_push) {
+      const GraphData& g = *s->graph;
+      const auto [first, last] = share(begin / kStartBatch, starter_count(g.vars.size()), g.roots.size());
+      Continuer here(s->core);
+      for (std::size_t r = first; r < last; ++r) {
+        const std::uint32_t i = g.roots[r];
+        if (here.take(*g.nodes[i])) {
+          HeldRun at(s, nullptr, i);
+          run_here(at, i, rc.worker, here);
+        } else {
+          ready.push(make_op(s, i));
+        }
+      }
+      owed = here.owed();
+    } else {
+      for (std::uint32_t k = begin; k < end; ++k) {
+        if (s->held[k].at_push) count_down_entries(s, k, ready);
+      }
     }
-    s->core->dispatch_ready(ready);
+    if (!ready.empty()) s->core->dispatch_ready(ready);
   }
 };
 
@@ -400,43 +636,31 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   const std::size_t n = g.nodes.size();
   const std::size_t nv = g.vars.size();
   s->core = core;
-  {
-    std::lock_guard lock(g.spare_mutex);
-    if (!g.spare.empty()) {
-      s->arrays = std::move(g.spare.back());
-      g.spare.pop_back();
-    }
-  }
-  if (s->arrays == nullptr) {
-    s->arrays = std::make_unique<ReplayArrays>();
-    s->arrays->waits = std::make_unique<std::atomic<std::int32_t>[]>(n);
-    s->arrays->held = std::make_unique<ReplayArrays::Held[]>(nv);
-  }
+  if (s->arrays == nullptr) s->arrays = ReplayArrays::make(n, nv);
   s->waits = s->arrays->waits.get();
   s->held = s->arrays->held.get();
-  for (std::size_t i = 0; i < n; ++i) s->waits[i].store(static_cast<std::int32_t>(g.waits[i]), std::memory_order_relaxed);
+  std::memcpy(s->waits, g.waits.data(), n * sizeof(std::int32_t));
+  s->granted_at_push = 0;
   for (std::size_t k = 0; k < nv; ++k) {
     s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
   }
   // The holders' records, freed again unless every one was pushed.
-  s->holders.resize((nv + EngineCore::kMaxAccess - 1) / EngineCore::kMaxAccess);
-  std::vector<OpRecord*> records;
+  s->holders.resize(holder_count(nv));
+  std::vector<OpRecord*>& records = s->records;
+  records.clear();
   records.reserve(s->holders.size());
-  std::vector<OpRecord*> starters;
+  std::vector<OpRecord*>& starters = s->starters;
+  starters.clear();
   starters.reserve(starter_count(nv));
   auto free_records = [&] {
     for (OpRecord* r : records) op_free(r);
-    for (OpRecord* r : starters) {
-      r->fn.reset();
-      op_free(r);
-    }
+    for (OpRecord* r : starters) op_free(r);
   };
   std::size_t bad = nv;
   try {
-    for (std::size_t k = 0; k < nv; k += kStartBatch) {
-      OpRecord* op = op_alloc();
+    for (std::size_t c = 0; c < starter_count(nv); ++c) {
+      OpRecord* op = op_alloc();  // its body is emplaced once pushed (inline: cannot fail)
       starters.push_back(op);
-      op->fn.emplace(StartRun(s, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(std::min(nv, k + kStartBatch))));
       op->kind = OpKind::fn;
       op->traits = kNoTraits;
       core->prepare(op, Context::cpu(), 0, kStartAttrs);
@@ -470,10 +694,43 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   // starters, on the workers (each starter to the next worker's deque: a
   // replay that starts wide is spread at once); those without variables here.
   const EngineCore::Call call(core);  // the naive engine runs them here
-  for (OpRecord* op : starters) core->dispatch(op, Origin::completion);
+  if (s->granted_at_push == nv) {
+    // Nothing can have counted an op down yet (no op is ready, no grant is
+    // left to come): their entries are behind them.
+    s->all_at_push = true;
+    std::memcpy(s->waits, g.edges_in.data(), n * sizeof(std::int32_t));
+  }
+  std::size_t idle = 0;  // starters without roots to start: not dispatched
+  for (std::size_t c = 0; c < starters.size(); ++c) {
+    if (s->all_at_push) {
+      const auto [first, last] = share(c, starters.size(), g.roots.size());
+      if (first == last) {
+        op_free(starters[c]);
+        ++idle;
+        continue;
+      }
+    }
+    const std::size_t k = c * kStartBatch;
+    starters[c]->fn.emplace(StartRun(s, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(std::min(nv, k + kStartBatch))));
+    core->dispatch(starters[c], Origin::completion);
+  }
+  if (idle > 0) {
+    core->finished_here(static_cast<std::uint32_t>(idle));
+    s->done(idle);
+  }
   ReadyList ready;
+  if (starters.empty()) {
+    // Few variables: what a starter would start, started here.
+    if (s->all_at_push) {
+      for (const std::uint32_t i : g.roots) ready.push(make_op(s, i));
+    } else {
+      for (std::size_t k = 0; k < nv; ++k) {
+        if (s->held[k].at_push) count_down_entries(s, k, ready);
+      }
+    }
+  }
   for (const std::uint32_t i : g.free_ops) ready.push(make_op(s, i));
-  core->dispatch_ready(ready);
+  if (!ready.empty()) core->dispatch_ready(ready);
 }
 
 }  // namespace
@@ -526,8 +783,7 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
                                          node_label(*graph->nodes[use.first_op], use.first_op) + " was deleted");
     }
   }
-  auto* s = new ReplayState;
-  s->graph = graph;
+  ReplayState* s = ReplayState::take(graph);
   s->arg = std::move(arg);
   s->awaited = awaited;
   s->notify = std::move(notify);

@@ -312,6 +312,54 @@ TEST(GraphReplay, AwaiterGetsTheErrorOnce) {
   EXPECT_EQ(sync_wait(fine()), 1);
 }
 
+// A replay runs the ops a finished op makes ready on the same worker, one
+// after another in one call (no op record each): each is still its own op,
+// as when pushed. A wait inside a body names that body's op; a failure
+// skips what follows and reaches the awaiter once; every op is counted.
+TEST(GraphReplay, OpsRunOneAfterAnotherAreEachTheirOwn) {
+  for (EngineKind kind : {EngineKind::pooled, EngineKind::per_device}) {
+    for (bool replayed : {false, true}) {
+      Engine engine(Options{.kind = kind, .cpu_workers = 2, .on_unobserved_error = [](auto&) {}});
+      Var x = engine.new_variable(), y = engine.new_variable();
+      std::string refused;  // guarded by x
+      std::atomic<int> ran{0};
+      auto chain = [&] {
+        engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {x}, {.name = "first"});
+        engine.push_sync(
+            [&] {
+              ++ran;
+              try {
+                engine.wait_for_var(y);
+              } catch (const Error& e) {
+                refused = e.what();
+              }
+            },
+            Context::cpu(), {}, {x}, {.name = "second"});
+        engine.push_sync([&] { ++ran; throw std::runtime_error("third failed"); }, Context::cpu(), {}, {x},
+                         {.name = "third"});
+        engine.push_sync([&] { ++ran; }, Context::cpu(), {x}, {y}, {.name = "fourth"});
+      };
+      const std::string label = std::string(to_string(kind)) + (replayed ? " replayed" : " pushed");
+      auto awaited = [&]() -> Task<void> {
+        if (replayed) {
+          Graph g = engine.capture(chain);
+          co_await replay(engine, g);
+        } else {
+          chain();
+          co_await wait_for(engine, y);
+        }
+      };
+      EXPECT_THROW(sync_wait(awaited()), std::runtime_error) << label;
+      engine.wait_for_all();
+      EXPECT_EQ(ran.load(), 3) << label;  // the fourth skipped
+      EXPECT_NE(refused.find("'second'"), std::string::npos) << label << ": " << refused;
+      const EngineStats stats = engine.stats();
+      EXPECT_EQ(stats.ops_in_flight, 0U) << label;
+      EXPECT_EQ(stats.ops_completed, stats.ops_pushed) << label;
+    }
+  }
+}
+
 TEST(GraphReplay, DeletedVariableOrOperatorFailsTheReplayByName) {
   Engine engine(threaded());
   Var v = engine.new_variable(), w = engine.new_variable();

@@ -40,9 +40,6 @@ struct GraphNode {
   /// (a replay after delete_operator fails as the push would).
   OperatorRecord* oper = nullptr;
   std::uint64_t oper_gen = 0;
-  /// Resolved at capture: recorded ops after this one that conflict with it
-  /// with no recorded op between them on that variable (the graph's edges).
-  std::vector<std::uint32_t> succ;
 };
 
 struct GraphData;
