@@ -31,6 +31,8 @@
 // released behind that op. The pool's memory is printed as the batches go:
 // it stays flat. (That loop needs no channels: the engine orders each
 // batch's read, processing and release by the buffer's variable alone.)
+// The same loop again, captured (ordo/graph.hpp): one graph per buffer
+// holding the batch's read and process ops, replayed with the batch number.
 //
 //   loader [--records N] [--record-kib K] [--shards S] [--shard-mib M] [--dir D]
 //          [--batches B] [--batch-kib K]
@@ -368,29 +370,32 @@ struct PooledTally {
 /// every word of it against the generator. Declared: reads(batch),
 /// writes(scratch, rng), so draws happen in push order per stream and ops on
 /// different arenas and streams run in parallel.
+void process(const std::byte* data, std::size_t n, ordo::TempArena& scratch, ordo::RandomStream& rng,
+             std::uint64_t shard, std::uint64_t offset, PooledTally& tally) {
+  const std::size_t words = n / 8;
+  const std::size_t rot = static_cast<std::size_t>(rng.next() % words);
+  const bool flip = rng.uniform() < 0.5;
+  std::span<std::uint64_t> out = scratch.get_as<std::uint64_t>(words);
+  const auto* in = reinterpret_cast<const std::uint64_t*>(data);
+  for (std::size_t i = 0; i < words; ++i) {
+    const std::uint64_t w = in[(i + rot) % words];
+    out[i] = flip ? ~w : w;
+  }
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < words; ++i) {
+    const std::uint64_t want = content(shard, offset + ((i + rot) % words) * 8);
+    bad += (flip ? ~out[i] : out[i]) != want;
+  }
+  tally.bad += bad;
+  tally.bytes += n;
+  tally.flips += flip ? 1 : 0;
+}
+
 void push_process(ordo::Engine& engine, const ordo::Buffer& batch, ordo::TempArena& scratch, ordo::RandomStream& rng,
                   std::uint64_t shard, std::uint64_t offset, PooledTally& tally) {
-  engine.push_sync(
-      [data = batch.data(), n = batch.size(), &scratch, &rng, shard, offset, &tally] {
-        const std::size_t words = n / 8;
-        const std::size_t rot = static_cast<std::size_t>(rng.next() % words);
-        const bool flip = rng.uniform() < 0.5;
-        std::span<std::uint64_t> out = scratch.get_as<std::uint64_t>(words);
-        const auto* in = reinterpret_cast<const std::uint64_t*>(data);
-        for (std::size_t i = 0; i < words; ++i) {
-          const std::uint64_t w = in[(i + rot) % words];
-          out[i] = flip ? ~w : w;
-        }
-        std::uint64_t bad = 0;
-        for (std::size_t i = 0; i < words; ++i) {
-          const std::uint64_t want = content(shard, offset + ((i + rot) % words) * 8);
-          bad += (flip ? ~out[i] : out[i]) != want;
-        }
-        tally.bad += bad;
-        tally.bytes += n;
-        tally.flips += flip ? 1 : 0;
-      },
-      ordo::Context::cpu(), {batch.var()}, {scratch.var(), rng.var()}, {.name = "process"});
+  engine.push_sync([data = batch.data(), n = batch.size(), &scratch, &rng, shard, offset,
+                    &tally] { process(data, n, scratch, rng, shard, offset, tally); },
+                   ordo::Context::cpu(), {batch.var()}, {scratch.var(), rng.var()}, {.name = "process"});
 }
 
 /// What the loop saw of memory at every tenth of its batches.
@@ -433,7 +438,68 @@ ordo::Task<void> open_and_loop(ordo::Engine& engine, ordo::io::Reactor& io, cons
   co_await pooled_loop(engine, io, fds, cfg, pool, temp, streams, tally, samples);
 }
 
-/// Runs the loop over the shards; prints memory as it goes and the result.
+/// Batch b of the loop: its shard and offset in it.
+struct BatchAt {
+  std::uint64_t shard, offset;
+};
+BatchAt batch_at(std::size_t b, std::size_t shards, const Config& cfg) {
+  const std::size_t per_shard = cfg.shard_bytes / cfg.batch_bytes;
+  return {b % shards, (b / shards) % per_shard * cfg.batch_bytes};
+}
+
+/// The same loop, captured (docs/graphs.md): one graph per buffer, recorded
+/// once, holding the batch's read (an async op that starts io.read; the
+/// shard and offset come from the replay's argument, the batch number) and
+/// its process op; batch b replays graph b % buffers. The buffers' variables
+/// order each buffer's next read behind its last process op, as the pool
+/// did; a replay costs one push whatever the graph holds. Returns MiB/s, or
+/// a negative number on a mismatch; `rss` gets the process's RSS at the end.
+double run_captured(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<int>& fds, const Config& cfg,
+                    ordo::TempSpace& temp, ordo::RandomStreams& streams, std::size_t& rss) {
+  struct Slot {
+    std::byte* data;
+    ordo::Var var;
+  };
+  PooledTally tally;
+  std::vector<Slot> slots;
+  std::vector<ordo::Graph> steps;
+  for (std::size_t s = 0; s < cfg.pool_buffers; ++s) {
+    // 4 KiB aligned: the shards may be open with O_DIRECT.
+    auto* data = static_cast<std::byte*>(std::aligned_alloc(4096, cfg.batch_bytes));
+    if (data == nullptr) throw std::bad_alloc();
+    slots.push_back({data, engine.new_variable()});
+    const Slot slot = slots.back();
+    ordo::TempArena& scratch = temp.arena(s);
+    ordo::RandomStream& rng = streams[s];
+    steps.push_back(engine.capture([&] {
+      engine.push_async(
+          [&, slot](ordo::RunContext, ordo::OnComplete done) {
+            const BatchAt at = batch_at(ordo::replay_arg<std::size_t>(), fds.size(), cfg);
+            io.read(fds[at.shard], std::span(slot.data, cfg.batch_bytes), at.offset).exact().then(std::move(done));
+          },
+          ordo::Context::cpu(), {}, {slot.var}, {.prop = ordo::FnProperty::async, .name = "read"});
+      engine.push_sync(
+          [&, slot] {
+            const BatchAt at = batch_at(ordo::replay_arg<std::size_t>(), fds.size(), cfg);
+            process(slot.data, cfg.batch_bytes, scratch, rng, at.shard, at.offset, tally);
+          },
+          ordo::Context::cpu(), {slot.var}, {scratch.var(), rng.var()}, {.name = "process"});
+    }));
+  }
+  const auto start = Clock::now();
+  for (std::size_t b = 0; b < cfg.batches; ++b) engine.replay(steps[b % steps.size()], b);
+  engine.wait_for_all();
+  const auto end = Clock::now();
+  rss = rss_bytes();
+  for (const Slot& slot : slots) engine.delete_variable(slot.var);
+  engine.wait_for_all();
+  for (const Slot& slot : slots) std::free(slot.data);
+  const bool ok = tally.bad == 0 && tally.bytes == cfg.batches * cfg.batch_bytes;
+  return ok ? mib_per_s(tally.bytes.load(), end - start) : -1.0;
+}
+
+/// Runs the loop over the shards, pushed, then captured; prints memory as
+/// it goes and the result.
 bool run_pooled(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<std::string>& paths, const Config& cfg) {
   ordo::BufferPool pool(engine, {.limit_bytes = cfg.pool_buffers * cfg.batch_bytes});
   ordo::TempSpace temp(engine, {.arenas = 4, .cap_bytes = cfg.batch_bytes});
@@ -449,6 +515,8 @@ bool run_pooled(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<s
   }
   engine.wait_for_all();
   const auto end = Clock::now();
+  std::size_t captured_rss = 0;
+  const double captured = run_captured(engine, io, fds, cfg, temp, streams, captured_rss);
   for (int fd : fds) ::close(fd);
 
   const ordo::BufferPoolStats st = pool.stats();
@@ -468,11 +536,14 @@ bool run_pooled(ordo::Engine& engine, ordo::io::Reactor& io, const std::vector<s
   std::printf("  %llu bytes processed, %llu flipped, %.0f MiB/s; %llu mismatched words\n",
               static_cast<unsigned long long>(tally.bytes.load()), static_cast<unsigned long long>(tally.flips.load()),
               mib_per_s(tally.bytes.load(), end - start), static_cast<unsigned long long>(tally.bad.load()));
+  std::printf("captured: the same %zu batches, one graph per buffer (read, process) replayed per batch: %.0f MiB/s "
+              "(pushed: %.0f MiB/s), RSS %zu MiB\n",
+              cfg.batches, captured, mib_per_s(tally.bytes.load(), end - start), captured_rss / (1024 * 1024));
   const bool ok = tally.bad == 0 && tally.bytes == cfg.batches * cfg.batch_bytes && flat &&
-                  st.peak_reserved_bytes <= cfg.pool_buffers * cfg.batch_bytes;
+                  st.peak_reserved_bytes <= cfg.pool_buffers * cfg.batch_bytes && captured >= 0;
   if (!ok) {
     std::fprintf(stderr, "loader: pooled loop FAILED (%s)\n",
-                 !flat ? "memory was not flat" : "wrong data or byte count");
+                 !flat ? "memory was not flat" : captured < 0 ? "the captured loop saw wrong data" : "wrong data or byte count");
   } else {
     std::printf("pooled: memory flat over %zu batches, every word checked, OK\n", cfg.batches);
   }
