@@ -108,15 +108,18 @@ struct Step {
   }
 
   /// Between two steps, on variables the step shares: a CPU op on what k1
-  /// reads, and a GPU op on what k2 writes (its fence is what the next
-  /// step's group must wait for on the device).
+  /// reads, and a GPU op on another stream (a copy, in chunks: several
+  /// delayed items) over what k2 updates: its fence is what the next step's
+  /// group must make its stream wait for on the device.
   void dynamic(std::uint64_t r) {
-    e.push_sync([this, r] { scale = mix(scale, r); }, Context::cpu(), {}, {v_scale}, {.name = "set scale"});
-    rt.push([this, r](const Stream& s) {
-      s.host_task([this, r] {
-        for (int i = 0; i < kN; ++i) u(d0b)[i] ^= mix(r, static_cast<std::uint64_t>(i));
-      });
-    }, Context::gpu(0), {}, {v_d0b}, {.name = "perturb"});
+    e.push_sync([this, r] {
+      scale = mix(scale, r);
+      for (int i = 0; i < kN; ++i) noise[static_cast<std::size_t>(i)] = mix(r, static_cast<std::uint64_t>(i));
+    }, Context::cpu(), {}, {v_scale, v_noise}, {.name = "set scale"});
+    rt.push([this](const Stream& s) {
+      constexpr int kChunk = kN / 8;
+      for (int c = 0; c < kN; c += kChunk) s.copy(u(d0b) + c, noise.data() + c, kChunk * sizeof(std::uint64_t));
+    }, Context::gpu(0), {v_noise}, {v_d0b}, {.prop = FnProperty::copy_to_device, .name = "perturb"});
   }
 
   [[nodiscard]] std::vector<std::uint64_t> state() {
@@ -132,11 +135,11 @@ struct Step {
   Engine& e;
   gpu::Runtime& rt;
   gpu::Buffer in, out, d0a, d0b, d1a;
-  std::vector<std::uint64_t> mid, log;
+  std::vector<std::uint64_t> mid, log, noise = std::vector<std::uint64_t>(kN);
   std::uint64_t iter = 0, scale = 1;
   Var v_iter = e.new_variable(), v_in = e.new_variable(), v_d0a = e.new_variable(), v_d0b = e.new_variable();
   Var v_mid = e.new_variable(), v_d1a = e.new_variable(), v_out = e.new_variable(), v_log = e.new_variable();
-  Var v_scale = e.new_variable();
+  Var v_scale = e.new_variable(), v_noise = e.new_variable();
 };
 
 gpu::SimOptions delays(std::uint64_t seed) { return {.devices = 2, .max_delay = std::chrono::microseconds(40), .seed = seed}; }
