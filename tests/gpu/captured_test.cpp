@@ -327,9 +327,42 @@ TEST_P(GpuCaptured, GraphDestroyedWithReplaysInFlight) {
   EXPECT_TRUE(pushed == replayed);
 }
 
+/// Replays of a graph whose CPU op reads a variable that a GPU op pushed
+/// just before each replay wrote (in several delayed host tasks): how many
+/// replays read it before that work had finished.
+int early_reads(bool profile) {
+  Options o = engine_options(EngineKind::per_device);
+  o.profile.enabled = profile;  // the replay then pushes its ops one by one
+  Engine e(o);
+  gpu::Runtime rt(e, gpu::make_sim_backend(delays(seed_from_env(13))));
+  Var x = e.new_variable();
+  std::vector<int> data(8, 0);
+  std::vector<int> seen;
+  Graph g = e.capture([&] { e.push_sync([&] { seen.push_back(data.back()); }, Context::cpu(), {x}, {}); });
+  int early = 0;
+  for (int r = 1; r <= 20; ++r) {
+    rt.push([&, r](const Stream& s) {
+      for (std::size_t i = 0; i < data.size(); ++i) s.host_task([&, r, i] { data[i] = r; });
+    }, Context::gpu(0), {}, {x});
+    e.replay(g);
+    e.wait_for_all();
+    if (seen.back() != r) ++early;
+  }
+  return early;
+}
+
+TEST(GpuCapturedCpuOps, ARecordedCpuOpWaitsForTheGpuWorkPushedBeforeTheReplay) {
+  EXPECT_EQ(early_reads(/*profile=*/true), 0) << "pushed one by one, the fence gate holds the recorded op";
+  // The replay without pushes grants its holders without the fence gate
+  // (src/graph/replay.cpp): docs/graphs.md, "Not done yet".
+  GTEST_SKIP() << "known gap of the replay without pushes: a recorded CPU op is not held by GPU fences "
+                  "(early reads now: "
+               << early_reads(/*profile=*/false) << " of 20)";
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, GpuCaptured,
                          ::testing::Values(EngineKind::naive, EngineKind::pooled, EngineKind::per_device),
-                         [](const auto& info) { return std::string(kind_name(info.param)); });
+                         [](const auto& p) { return std::string(kind_name(p.param)); });
 
 }  // namespace
 }  // namespace ordo::test
