@@ -32,36 +32,29 @@ void check(cudaError_t e, const char* call) {
 
 #define ORDO_CUDA_CHECK(expr) check((expr), #expr)
 
-/// Host function trampoline for cudaLaunchHostFunc. Runs on the driver's
+/// Host function trampolines for cudaLaunchHostFunc. They run on the driver's
 /// callback thread: user code only (no CUDA call may be made there, and no
 /// engine logic is). ordo::gpu::Stream::host_task hands in a function that
 /// never throws (the Runtime catches and keeps the exception: it fails the
 /// stream, docs/gpu.md); a raw Backend::host_task that throws has nowhere to
 /// go, so it is printed.
-void CUDART_CB run_host_fn(void* p) {
-  auto* fn = static_cast<HostFn*>(p);
+void call_host_fn(const HostFn& fn) noexcept {
   try {
-    (*fn)();
+    fn();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread: %s\n", e.what());
   } catch (...) {
     std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread\n");
   }
+}
+void CUDART_CB run_host_fn(void* p) {
+  auto* fn = static_cast<HostFn*>(p);
+  call_host_fn(*fn);
   delete fn;
 }
-
-/// The same for a host task captured into a graph: its node runs at every
-/// launch, so the function belongs to the graph (CudaGraph), not to one run.
-void CUDART_CB run_kept_host_fn(void* p) {
-  auto* fn = static_cast<HostFn*>(p);
-  try {
-    (*fn)();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ordo::gpu: a captured host task threw on the CUDA callback thread: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "ordo::gpu: a captured host task threw on the CUDA callback thread\n");
-  }
-}
+/// A host task captured into a graph: its node runs at every launch, so the
+/// function belongs to the graph (CudaGraph), not to one run.
+void CUDART_CB run_kept_host_fn(void* p) { call_host_fn(*static_cast<const HostFn*>(p)); }
 
 /// A captured graph (Backend::end_capture): the instantiated graph and the
 /// host functions its host nodes call.
