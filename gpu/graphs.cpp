@@ -175,7 +175,13 @@ void Runtime::run_group(CapturedGroup& g, const RunContext& rc, OnComplete done)
     error = std::current_exception();
   }
   for (Event* e : waits) m.unref(e);
-  if (!error) {
+  if (!error && g.followed_by_groups_only) {
+    // Only groups follow it in the graph: they wait for its fences on the
+    // device, as pushed GPU ops do, and a failure reaches them along those
+    // waits; it completes at enqueue, as a pushed GPU op does.
+    detail::OpSlice none;
+    end_op(Stream(this, s), g.plan, none, error);
+  } else if (!error) {
     // Complete once the work has finished: inside a replay the recorded ops
     // after the group wait for it only through its completion (no fence
     // holds them), and a failure then reaches the group's writes and the

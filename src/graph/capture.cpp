@@ -247,6 +247,12 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
     }
   }
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    if (GraphGroup* g = nodes[i]->group; g != nullptr) {
+      const std::vector<std::uint32_t>& succ = nodes[i]->succ;
+      g->followed_by_groups_only = !succ.empty() && data_->exits[i].empty() &&
+                                   std::all_of(succ.begin(), succ.end(),
+                                               [&](std::uint32_t j) { return nodes[j]->group != nullptr; });
+    }
     if (data_->waits[i] == 0) data_->free_ops.push_back(i);
     if (nodes[i]->succ.empty()) ++data_->sinks;
     if (nodes[i]->oper != nullptr) data_->oper_ops.push_back(i);

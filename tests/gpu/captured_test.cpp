@@ -264,41 +264,51 @@ void device_fault(const Stream& s) {
 
 TEST_P(GpuCaptured, AFailingKernelFailsTheGroupsWritesAndTheReplaysAwaiterOnce) {
   // Both ways a kernel fails: a host task that throws (the runtime fails
-  // the stream) and a backend fault.
+  // the stream) and a backend fault; the failing group followed by a CPU op
+  // (it completes once its work finished) or by another stream's group (it
+  // completes at enqueue and the failure travels along the device wait).
   for (const bool host_task : {true, false}) {
-    SCOPED_TRACE(host_task ? "a host task throws" : "a device fault");
-    SimRig rig(GetParam(), delays(seed_from_env(7)));
-    Engine& e = rig.engine;
-    Var a = e.new_variable(), b = e.new_variable(), c = e.new_variable();
-    bool consumed = false;
-    Graph g = e.capture([&] {
-      rig.rt.push([](const Stream&) {}, Context::gpu(0), {}, {a}, {.name = "fine"});
-      rig.rt.push([&](const Stream& s) {
-        if (host_task) {
-          s.host_task([] { throw std::runtime_error("kernel failed"); });
-        } else {
-          device_fault(s);
+    for (const bool then_group : {false, true}) {
+      SCOPED_TRACE(std::string(host_task ? "a host task throws" : "a device fault") +
+                   (then_group ? ", then a copy group" : ", then a CPU op"));
+      SimRig rig(GetParam(), delays(seed_from_env(7)));
+      Engine& e = rig.engine;
+      Var a = e.new_variable(), b = e.new_variable(), c = e.new_variable(), d = e.new_variable();
+      bool consumed = false;
+      Graph g = e.capture([&] {
+        rig.rt.push([](const Stream&) {}, Context::gpu(0), {}, {a}, {.name = "fine"});
+        rig.rt.push([&](const Stream& s) {
+          if (host_task) {
+            s.host_task([] { throw std::runtime_error("kernel failed"); });
+          } else {
+            device_fault(s);
+          }
+        }, Context::gpu(0), {a}, {b}, {.name = "bad"});
+        if (then_group) {
+          rig.rt.push([](const Stream&) {}, Context::gpu(0), {a, b}, {c},
+                      {.prop = FnProperty::copy_from_device, .name = "download"});
         }
-      }, Context::gpu(0), {a}, {b}, {.name = "bad"});
-      e.push_sync([&] { consumed = true; }, Context::cpu(), {b}, {c}, {.name = "consumer"});
-    });
-    ASSERT_EQ(g.size(), 2U);
-    auto run = [&]() -> Task<void> { co_await ordo::replay(e, g); };
-    std::string awaited;
-    try {
-      sync_wait(run());
-      ADD_FAILURE() << "the replay's awaiter must get the kernel's failure";
-    } catch (const std::exception& ex) {
-      awaited = ex.what();
-    }
-    EXPECT_NE(awaited.find(host_task ? "kernel failed" : "simErrorTestFault"), std::string::npos) << awaited;
-    EXPECT_FALSE(consumed) << "a reader of the failed group's writes is skipped";
-    for (Var v : {a, b, c}) {
+        e.push_sync([&] { consumed = true; }, Context::cpu(), {then_group ? c : b}, {d}, {.name = "consumer"});
+      });
+      ASSERT_EQ(g.size(), then_group ? 3U : 2U);
+      auto run = [&]() -> Task<void> { co_await ordo::replay(e, g); };
+      std::string awaited;
       try {
-        e.wait_for_var(v);
-        ADD_FAILURE() << "the group's writes, and what was computed from them, carry its failure";
+        sync_wait(run());
+        ADD_FAILURE() << "the replay's awaiter must get the kernel's failure";
       } catch (const std::exception& ex) {
-        EXPECT_EQ(ex.what(), awaited);
+        awaited = ex.what();
+      }
+      EXPECT_NE(awaited.find(host_task ? "kernel failed" : "simErrorTestFault"), std::string::npos) << awaited;
+      EXPECT_FALSE(consumed) << "a reader of the failed group's writes is skipped";
+      for (Var v : {a, b, c, d}) {
+        if (v == c && !then_group) continue;
+        try {
+          e.wait_for_var(v);
+          ADD_FAILURE() << "the group's writes, and what was computed from them, carry its failure";
+        } catch (const std::exception& ex) {
+          EXPECT_EQ(ex.what(), awaited);
+        }
       }
     }
   }

@@ -30,6 +30,12 @@ struct GraphGroup {
   /// Takes the members of `later`, a group of the same key recorded after
   /// this one's members (its node is then dropped).
   virtual void absorb(GraphGroup& later) = 0;
+  /// Set by GraphRecorder::finish: the group has recorded ops after it,
+  /// all of them groups (its layer orders those among themselves, on the
+  /// device), and it is not among the last ops on any of its variables
+  /// (nothing outside the graph waits for it through the replay). Its op
+  /// may then complete before its work has finished.
+  bool followed_by_groups_only = false;
 };
 
 /// One recorded push. Immutable once the capture has finished: replays of
