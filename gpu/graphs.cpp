@@ -66,8 +66,8 @@ struct CapturedGroup final : ordo::detail::GraphGroup {
   std::uint64_t launch_k = 0;
 };
 
-/// A group's node body: one launch per run; completes (async) once the
-/// launched work has finished.
+/// A group's node body: one launch per run; completes (async) at enqueue
+/// or once the launched work has finished (Runtime::run_group says when).
 struct GroupRun {
   std::shared_ptr<CapturedGroup> g;
   void operator()(const RunContext& rc, OnComplete done) const { g->rt->run_group(*g, rc, std::move(done)); }

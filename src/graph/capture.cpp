@@ -51,7 +51,9 @@ void GraphRecorder::commit(const char* call, Context ctx, VarSpan reads, VarSpan
     // A body on a GPU context is recorded only as an ordo::gpu op, which
     // becomes part of a CUDA graph; a plain body has no stream to capture.
     throw Error(Errc::invalid_argument,
-                label + " inside Engine::capture: only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured (got " +
+                label +
+                    " inside Engine::capture: only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured "
+                    "(got " +
                     (ctx.is_gpu() ? "gpu " : "cpu ") + std::to_string(ctx.device_id) + ")");
   }
   node->access.resize(reads.size() + writes.size());

@@ -142,7 +142,9 @@ struct Step {
   Var v_scale = e.new_variable(), v_noise = e.new_variable();
 };
 
-gpu::SimOptions delays(std::uint64_t seed) { return {.devices = 2, .max_delay = std::chrono::microseconds(40), .seed = seed}; }
+gpu::SimOptions delays(std::uint64_t seed) {
+  return {.devices = 2, .max_delay = std::chrono::microseconds(40), .seed = seed};
+}
 
 class GpuCaptured : public ::testing::TestWithParam<EngineKind> {};
 
@@ -173,7 +175,8 @@ TEST_P(GpuCaptured, ReplaysMatchTheStepPushedBitForBit) {
         st.dynamic(mix(seed, static_cast<std::uint64_t>(k)));
       }
       replayed = st.state();
-      EXPECT_EQ(rig.rt.stats().gpu_ops, static_cast<std::uint64_t>(kSteps) * (8 + 1)) << "8 recorded, 1 pushed per step";
+      EXPECT_EQ(rig.rt.stats().gpu_ops, static_cast<std::uint64_t>(kSteps) * (8 + 1))
+          << "8 recorded, 1 pushed per step";
     }
     ASSERT_EQ(pushed.size(), replayed.size());
     EXPECT_TRUE(pushed == replayed) << "a replayed step differs from the same step pushed";
