@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -31,23 +32,45 @@ void check(cudaError_t e, const char* call) {
 
 #define ORDO_CUDA_CHECK(expr) check((expr), #expr)
 
-/// Host function trampoline for cudaLaunchHostFunc. Runs on the driver's
+/// Host function trampolines for cudaLaunchHostFunc. They run on the driver's
 /// callback thread: user code only (no CUDA call may be made there, and no
 /// engine logic is). ordo::gpu::Stream::host_task hands in a function that
 /// never throws (the Runtime catches and keeps the exception: it fails the
 /// stream, docs/gpu.md); a raw Backend::host_task that throws has nowhere to
 /// go, so it is printed.
-void CUDART_CB run_host_fn(void* p) {
-  auto* fn = static_cast<HostFn*>(p);
+void call_host_fn(const HostFn& fn) noexcept {
   try {
-    (*fn)();
+    fn();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread: %s\n", e.what());
   } catch (...) {
     std::fprintf(stderr, "ordo::gpu: a host task threw on the CUDA callback thread\n");
   }
+}
+void CUDART_CB run_host_fn(void* p) {
+  auto* fn = static_cast<HostFn*>(p);
+  call_host_fn(*fn);
   delete fn;
 }
+/// A host task captured into a graph: its node runs at every launch, so the
+/// function belongs to the graph (CudaGraph), not to one run.
+void CUDART_CB run_kept_host_fn(void* p) { call_host_fn(*static_cast<const HostFn*>(p)); }
+
+/// A captured graph (Backend::end_capture): the instantiated graph and the
+/// host functions its host nodes call.
+struct CudaGraph {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<std::unique_ptr<HostFn>> fns;
+};
+
+/// The capture running on this thread (cudaStreamCaptureModeThreadLocal:
+/// only this thread's calls are checked against it), and the host functions
+/// it recorded so far.
+struct CaptureScope {
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<CudaGraph> graph;
+};
+thread_local CaptureScope t_capture;
 
 class CudaBackend final : public Backend {
  public:
@@ -135,6 +158,12 @@ class CudaBackend final : public Backend {
   }
 
   void host_task(StreamHandle stream, HostFn fn) override {
+    if (t_capture.graph != nullptr && t_capture.stream == static_cast<cudaStream_t>(stream)) [[unlikely]] {
+      auto kept = std::make_unique<HostFn>(std::move(fn));
+      ORDO_CUDA_CHECK(cudaLaunchHostFunc(t_capture.stream, &run_kept_host_fn, kept.get()));
+      t_capture.graph->fns.push_back(std::move(kept));
+      return;
+    }
     auto* p = new HostFn(std::move(fn));
     const cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), &run_host_fn, p);
     if (e != cudaSuccess) {
@@ -144,6 +173,34 @@ class CudaBackend final : public Backend {
   }
   void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) override {
     ORDO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+  }
+
+  void begin_capture(StreamHandle stream) override {
+    if (t_capture.graph != nullptr) {
+      throw GpuError(900, "cudaErrorStreamCaptureUnsupported", "begin_capture: this thread captures already");
+    }
+    ORDO_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+    t_capture.stream = static_cast<cudaStream_t>(stream);
+    t_capture.graph = std::make_unique<CudaGraph>();
+  }
+  GraphHandle end_capture(StreamHandle stream) override {
+    std::unique_ptr<CudaGraph> g = std::move(t_capture.graph);
+    t_capture.stream = nullptr;
+    cudaGraph_t graph = nullptr;
+    ORDO_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+    const cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    (void)cudaGraphDestroy(graph);  // the executable graph is independent of it
+    if (e != cudaSuccess) fail(e, "cudaGraphInstantiate");
+    return g.release();
+  }
+  void launch(GraphHandle graph, StreamHandle stream) override {
+    ORDO_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaGraph*>(graph)->exec, static_cast<cudaStream_t>(stream)));
+  }
+  void destroy_graph(GraphHandle graph) noexcept override {
+    auto* g = static_cast<CudaGraph*>(graph);
+    if (g == nullptr) return;
+    if (g->exec != nullptr) (void)cudaGraphExecDestroy(g->exec);
+    delete g;
   }
 
   void* alloc_device(int device, std::size_t bytes) override {

@@ -30,15 +30,41 @@ void Runtime::fill_plan(OpPlan& plan, VarSpan reads, VarSpan writes, const OpAtt
   plan.access.reserve(reads.size() + writes.size());
   for (const Var& v : writes) plan.access.push_back({&engine_.fence_slot(v), true});
   for (const Var& v : reads) plan.access.push_back({&engine_.fence_slot(v), false});
-  auto& a = plan.access;
-  std::sort(a.begin(), a.end(), [](const OpPlan::Access& x, const OpPlan::Access& y) {
+  plan.normalize();
+}
+
+void OpPlan::normalize() {
+  auto& a = access;
+  std::sort(a.begin(), a.end(), [](const Access& x, const Access& y) {
     return x.slot != y.slot ? std::less<>{}(x.slot, y.slot) : x.write > y.write;  // a write first
   });
-  a.erase(std::unique(a.begin(), a.end(), [](const OpPlan::Access& x, const OpPlan::Access& y) { return x.slot == y.slot; }),
-          a.end());
+  a.erase(std::unique(a.begin(), a.end(), [](const Access& x, const Access& y) { return x.slot == y.slot; }), a.end());
 }
 
 // ------------------------------------------------------------------ a GPU op's waits and fence
+
+void Runtime::Impl::wait_fences(StreamState* s, const OpPlan& plan, std::vector<Event*>& waits) {
+  {
+    std::lock_guard lock(fence_mutex);
+    auto want = [&](Event* e) {
+      if (e->stream != s && status_cached(e) != 1) waits.push_back(ref(e));
+    };
+    for (const auto& a : plan.access) {
+      Fence* f = fence_of(a.slot);
+      if (f == nullptr) continue;
+      if (f->writer != nullptr) want(f->writer);
+      if (a.write) {
+        for (Event* e : f->readers) want(e);
+      }
+    }
+  }
+  if (opts.unsafe_skip_stream_waits) return;
+  for (Event* e : waits) {
+    backend->wait(s->handle, e->handle);  // cudaStreamWaitEvent: ordered on the device, no host round trip
+    n_waits.fetch_add(1, std::memory_order_relaxed);
+    propagate_host_failure(s, *e);        // only after host tasks on e's stream
+  }
+}
 
 Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, OpSlice& slice, std::exception_ptr& error) noexcept {
   Impl& m = *impl_;
@@ -47,27 +73,7 @@ Stream Runtime::begin_op(const RunContext& rc, const OpPlan& plan, OpSlice& slic
   std::vector<Event*> waits;
   try {
     m.backend->before_body(s->phys);
-    {
-      std::lock_guard lock(m.fence_mutex);
-      auto want = [&](Event* e) {
-        if (e->stream != s && Impl::status_cached(e) != 1) waits.push_back(Impl::ref(e));
-      };
-      for (const auto& a : plan.access) {
-        Fence* f = Impl::fence_of(a.slot);
-        if (f == nullptr) continue;
-        if (f->writer != nullptr) want(f->writer);
-        if (a.write) {
-          for (Event* e : f->readers) want(e);
-        }
-      }
-    }
-    if (!m.opts.unsafe_skip_stream_waits) {
-      for (Event* e : waits) {
-        m.backend->wait(s->handle, e->handle);  // cudaStreamWaitEvent: ordered on the device, no host round trip
-        m.n_waits.fetch_add(1, std::memory_order_relaxed);
-        m.propagate_host_failure(s, *e);        // only after host tasks on e's stream
-      }
-    }
+    m.wait_fences(s, plan, waits);
   } catch (...) {
     error = std::current_exception();
   }

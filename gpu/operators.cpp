@@ -17,14 +17,26 @@ detail::PlanPtr Runtime::operator_plan(VarSpan reads, VarSpan writes, const OpAt
 
 void Runtime::push(Operator op, Context ctx) {
   impl_->check_device(ctx);
+  if (capturing()) [[unlikely]] {
+    record_operator(op, ctx, nullptr);
+    return;
+  }
   engine_.push(op.op_, ctx);
 }
 
 void Runtime::push(Operator op, Context ctx, int priority) {
   impl_->check_device(ctx);
+  if (capturing()) [[unlikely]] {
+    record_operator(op, ctx, &priority);
+    return;
+  }
   engine_.push(op.op_, ctx, priority);
 }
 
-void Runtime::delete_operator(Operator op) { engine_.delete_operator(op.op_); }
+void Runtime::delete_operator(Operator op) {
+  engine_.delete_operator(op.op_);
+  std::lock_guard lock(impl_->operators_mutex);
+  impl_->operators.erase(op.id_);  // graphs that captured a push of it keep its body
+}
 
 }  // namespace ordo::gpu

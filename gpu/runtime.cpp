@@ -51,6 +51,7 @@ Runtime::Runtime(Engine& engine, std::unique_ptr<Backend> backend, RuntimeOption
     }
     throw;
   }
+  m.links->backend = m.backend.get();
   m.watcher = std::thread([&m] { m.watcher_main(); });
   engine.set_fence_gate(&m);
 }
@@ -81,6 +82,7 @@ Runtime::~Runtime() {
     m.backend->destroy_stream(ds.h2d.handle);
     m.backend->destroy_stream(ds.d2h.handle);
   }
+  m.close_graphs();  // no launch is left: their streams have drained
   {
     std::unique_lock lock(m.watch_mutex);
     m.drained_cv.wait(lock, [&] { return m.pending == 0; });

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -50,10 +51,16 @@ struct StreamTrace {
   std::atomic<std::uint64_t> last_slice{0};
 };
 
+struct CapturedGroup;
+
 struct StreamState {
   void* handle = nullptr;
   int logical = 0;
   int phys = 0;
+  /// A capture stream's group while its bodies are captured (gpu/graphs.cpp);
+  /// null otherwise, and always on the streams GPU ops run on. Written and
+  /// read by the capturing thread, under the runtime's capture_mutex.
+  CapturedGroup* capturing = nullptr;
   std::unique_ptr<HostState> host = std::make_unique<HostState>();
   std::unique_ptr<StreamTrace> trace;  ///< profiling only; immutable after construction
 };
@@ -97,11 +104,22 @@ struct OpPlan {
     bool write;
   };
   std::vector<Access> access;
+  /// Sorts `access` by slot and merges duplicates (a write wins).
+  void normalize();
   FnProperty prop = FnProperty::normal;
   /// OpAttrs::name, for the trace: the pushed op's own (it outlives the
   /// op), or an operator's copy in `owned_name`.
   const char* name = nullptr;
   std::string owned_name;
+};
+
+/// What a captured graph's groups share with their runtime (gpu/graphs.cpp):
+/// the backend, while the runtime lives, and the groups alive, whose backend
+/// graphs ~Runtime destroys (a graph may outlive its runtime). Leaf lock.
+struct GraphLinks {
+  std::mutex mutex;
+  Backend* backend = nullptr;                ///< null once the runtime is gone (guarded)
+  std::unordered_set<CapturedGroup*> live;  ///< guarded
 };
 
 }  // namespace detail
@@ -182,6 +200,32 @@ struct Runtime::Impl final : FenceGate {
   std::mutex error_mutex;
   std::vector<DeviceError> device_errors;  ///< guarded by error_mutex
 
+  // Captured graphs (gpu/graphs.cpp).
+  /// One capture at a time (they run once per group, at its first replay).
+  std::mutex capture_mutex;
+  /// Per logical device, the stream groups are captured on, made by the
+  /// first capture there (guarded by capture_mutex): never one GPU ops run
+  /// on, so that no other thread's work lands in a capture.
+  std::vector<std::unique_ptr<StreamState>> capture_streams;
+  std::shared_ptr<detail::GraphLinks> links = std::make_shared<detail::GraphLinks>();
+  /// Each live gpu::Operator's body and lists, by id: a push of it inside
+  /// Engine::capture records them (guarded by operators_mutex).
+  struct OperatorEntry {
+    std::shared_ptr<detail::GpuCall> call;
+    std::vector<Var> reads, writes;
+    OpAttrs attrs;
+    std::string name;  ///< attrs.name points here
+  };
+  std::mutex operators_mutex;
+  std::unordered_map<std::uint64_t, OperatorEntry> operators;
+  std::uint64_t next_operator = 0;  ///< guarded by operators_mutex
+  StreamState* capture_stream(int logical_device);  ///< capture_mutex held
+  /// Stream::host_task on a capture stream: the task runs at each launch,
+  /// numbered as the launch's (CapturedGroup::launch_k).
+  void captured_host_task(StreamState* st, HostFn fn);
+  /// ~Runtime: destroys the backend graphs of the groups still alive.
+  void close_graphs() noexcept;
+
   // Stats (relaxed counters).
   std::atomic<std::uint64_t> n_ops{0}, n_waits{0}, n_events{0}, n_held{0};
 
@@ -232,6 +276,10 @@ struct Runtime::Impl final : FenceGate {
   void propagate_host_failure(StreamState* dst, const Event& e);
 
   // ---- fences (gpu/fences.cpp)
+  /// Makes `s` wait (on the device) for the events fencing `plan`'s
+  /// variables that are not finished: the last write's, and the reads'
+  /// for a write. Each is also in `waits`, with a reference the caller drops.
+  void wait_fences(StreamState* s, const OpPlan& plan, std::vector<Event*>& waits);
   static Fence* fence_of(FenceSlot* slot) noexcept { return static_cast<Fence*>(slot->load(std::memory_order_relaxed)); }
   /// Drops the finished (not failed) events of a fence; frees it when empty.
   /// fence_mutex held. `query`: ask the backend about pending ones.

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
+#include <vector>
 #include <set>
 #include <exception>
 #include <mutex>
@@ -88,6 +90,15 @@ class SimStream {
   void push(Item item) {
     {
       std::lock_guard lock(mutex_);
+      if (captured_ != nullptr) {
+        if (item.kind != Item::task) {
+          throw GpuError(900, "simErrorStreamCaptureUnsupported",
+                         "an event record or wait on a stream being captured (the simulated backend keeps host "
+                         "tasks and copies only)");
+        }
+        captured_->push_back(std::move(item));
+        return;
+      }
       items_.push_back(std::move(item));
       ++queued_;
     }
@@ -98,6 +109,17 @@ class SimStream {
     idle_cv_.wait(lock, [this] { return finished_ == queued_; });
   }
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// Capture mode: pushed items go to `into` instead of the queue (null: run them).
+  void capture(std::vector<Item>* into) {
+    std::lock_guard lock(mutex_);
+    if (into != nullptr && captured_ != nullptr) {
+      throw GpuError(900, "simErrorStreamCaptureUnsupported", "begin_capture: the stream is being captured already");
+    }
+    if (into == nullptr && captured_ == nullptr) {
+      throw GpuError(901, "simErrorStreamCaptureInvalidated", "end_capture: the stream is not being captured");
+    }
+    captured_ = into;
+  }
 
  private:
   void delay() {
@@ -164,6 +186,7 @@ class SimStream {
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
   std::deque<Item> items_;
+  std::vector<Item>* captured_ = nullptr;  ///< capture mode's items, owned by the backend's capture
   std::uint64_t queued_ = 0;
   std::uint64_t finished_ = 0;
   bool stop_ = false;
@@ -253,6 +276,28 @@ class SimBackend final : public Backend {
     host_task(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
 
+  // Capture keeps the stream's items; a launch pushes copies of them, each
+  // delayed as any item is, so a group's missing wait shows as it would
+  // with the work pushed op by op.
+  void begin_capture(StreamHandle stream) override {
+    auto items = std::make_unique<std::vector<Item>>();
+    static_cast<SimStream*>(stream)->capture(items.get());
+    std::lock_guard lock(mutex_);
+    capturing_[stream] = std::move(items);
+  }
+  GraphHandle end_capture(StreamHandle stream) override {
+    static_cast<SimStream*>(stream)->capture(nullptr);
+    std::lock_guard lock(mutex_);
+    auto it = capturing_.find(stream);
+    std::unique_ptr<std::vector<Item>> items = std::move(it->second);
+    capturing_.erase(it);
+    return items.release();
+  }
+  void launch(GraphHandle graph, StreamHandle stream) override {
+    for (const Item& item : *static_cast<std::vector<Item>*>(graph)) static_cast<SimStream*>(stream)->push(item);
+  }
+  void destroy_graph(GraphHandle graph) noexcept override { delete static_cast<std::vector<Item>*>(graph); }
+
   void* alloc_device(int device, std::size_t bytes) override {
     check(device);
     return alloc(bytes);
@@ -274,6 +319,8 @@ class SimBackend final : public Backend {
   SimOptions opts_;
   std::mutex mutex_;
   std::uint64_t streams_ = 0;  ///< guarded by mutex_
+  /// Streams being captured, and their kept items (guarded by mutex_).
+  std::map<StreamHandle, std::unique_ptr<std::vector<Item>>> capturing_;
 };
 
 }  // namespace

@@ -19,6 +19,10 @@ int Stream::physical_device() const noexcept { return st_->phys; }
 void Stream::host_task(HostFn fn) const {
   Runtime::Impl& m = *rt_->impl_;
   StreamState* st = st_;
+  if (st->capturing != nullptr) [[unlikely]] {
+    m.captured_host_task(st, std::move(fn));
+    return;
+  }
   m.enqueue_host(st, [&m, st, fn = std::move(fn)](std::uint64_t k) { m.run_host(st, k, fn); });
 }
 void Stream::copy(void* dst, const void* src, std::size_t bytes) const {

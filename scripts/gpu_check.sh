@@ -2,7 +2,7 @@
 # scripts/gpu_check.sh BUILD OUT - the checks that need an NVIDIA GPU, run on
 # a GPU machine over binaries built elsewhere (`scripts/dev.sh test` with the
 # CUDA toolkit present builds them: BUILD/tests/gpu_test,
-# BUILD/examples/gpu_train, BUILD/bench/ordo_gpu_bench). Writes one log per
+# BUILD/examples/gpu_train, BUILD/bench/ordo_gpu_bench, BUILD/bench/ordo_gpu_graph_bench). Writes one log per
 # step to OUT and prints each step's status and the tail of its log:
 #   gpu_test       every gpu test, the CUDA ones included (none may skip)
 #   gpu_trace      a loader's profile on CUDA, written to OUT/gpu_trace.json and
@@ -12,6 +12,9 @@
 #   memcheck       compute-sanitizer memcheck over the CUDA tests and gpu_train
 #   synccheck      compute-sanitizer synccheck over the same
 #   gpu_bench      bench/gpu: G1 chain and G2 pipeline beside hand-written CUDA
+#   graph_bench    bench/gpu/graph_bench.cpp: a 100-kernel step replayed as a captured
+#                  CUDA graph against pushed op by op, both and the ratio (target >= 1.5x)
+#   memcheck_graph compute-sanitizer memcheck over that bench (captured graphs' launches)
 #   core, coro     the core and coroutine tests on this machine's many cores
 set -uo pipefail
 build=${1:?usage: gpu_check.sh BUILD OUT}
@@ -46,9 +49,15 @@ if ! grep -q '^\[  PASSED  \] 1 test\.' "$out/gpu_trace.log" || grep -q '^\[  SK
 fi
 TAIL=30 step gpu_train 120 "$build/examples/gpu_train" --cuda
 TAIL=20 step gpu_bench 300 "$build/bench/ordo_gpu_bench" --runs "${RUNS:-5}"
+TAIL=5 step graph_bench 120 "$build/bench/ordo_gpu_graph_bench" --cuda --runs "${RUNS:-5}"
+if grep -q "^no GPU\|^built without nvcc" "$out/graph_bench.log"; then
+  echo "== graph_bench: no CUDA measurement on a GPU machine"
+  status=1
+fi
 command -v compute-sanitizer > /dev/null || PATH=$PATH:/usr/local/cuda/bin
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/gpu_test" --gtest_filter="$cuda_tests"
 step memcheck_train 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/examples/gpu_train" --cuda
+step memcheck_graph 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bench/ordo_gpu_graph_bench" --cuda --quick
 step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 "$build/tests/gpu_test" --gtest_filter="$cuda_tests"
 step core "${CORE_LIMIT:-300}" "$build/tests/core_test" --gtest_brief=1
 step coro "${CORE_LIMIT:-200}" "$build/tests/coro_test" --gtest_brief=1

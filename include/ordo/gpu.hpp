@@ -69,6 +69,8 @@ namespace detail {
 struct StreamState;
 struct Event;
 struct OpPlan;
+struct CapturedGroup;
+struct GroupRun;
 /// A GPU op's work in the engine's trace; zero (and untouched) when
 /// profiling is off. Lives on the stack of the op's body.
 struct OpSlice {
@@ -81,10 +83,29 @@ struct PlanDeleter {
   void operator()(OpPlan* p) const noexcept;
 };
 using PlanPtr = std::unique_ptr<OpPlan, PlanDeleter>;
+
+/// A GPU op's body as a captured graph keeps it (gpu/graphs.cpp): called
+/// when the graph's group is captured into a backend graph.
+struct GpuCall {
+  virtual ~GpuCall() = default;
+  virtual void operator()(const Stream& s) = 0;
+};
+template <class D>
+struct GpuCallOf final : GpuCall {
+  template <class F>
+  explicit GpuCallOf(F&& f) : fn(std::forward<F>(f)) {}
+  void operator()(const Stream& s) override { fn(s); }
+  D fn;
+};
+/// A GPU operator's body, shared by its pushes and the graphs that capture it.
+struct SharedCall {
+  std::shared_ptr<GpuCall> call;
+  void operator()(const Stream& s) const { (*call)(s); }
+};
 }  // namespace detail
 
 /// A pre-built GPU op (Runtime::new_operator): body, variable lists and
-/// routing prepared once, then pushed many times. A cheap handle (two
+/// routing prepared once, then pushed many times. A cheap handle (three
 /// words); a handle to a deleted operator is detected.
 class Operator {
  public:
@@ -93,8 +114,9 @@ class Operator {
 
  private:
   friend class Runtime;
-  explicit constexpr Operator(ordo::Operator op) noexcept : op_(op) {}
+  constexpr Operator(ordo::Operator op, std::uint64_t id) noexcept : op_(op), id_(id) {}
   ordo::Operator op_;
+  std::uint64_t id_ = 0;  ///< its entry in the runtime's list (a push inside Engine::capture reads it)
 };
 
 /// A stream of a logical device, handed to GPU op bodies. Cheap handle.
@@ -204,6 +226,10 @@ class Runtime {
   void push(F&& fn, Context ctx, VarSpan reads, VarSpan writes, OpAttrs attrs = {}) {
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
+    if (capturing()) [[unlikely]] {
+      record(std::make_shared<detail::GpuCallOf<D>>(std::forward<F>(fn)), ctx, reads, writes, attrs);
+      return;
+    }
     detail::PlanPtr plan = make_plan(ctx, reads, writes, attrs);
     ordo::detail::EngineExtension::push(engine_, Body<D>{this, std::move(plan), std::forward<F>(fn)}, ctx, reads, writes,
                                         attrs, ordo::detail::kFenceExempt);
@@ -221,8 +247,12 @@ class Runtime {
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&, const Stream&>, "a GPU op body is callable as void(const gpu::Stream&)");
     detail::PlanPtr plan = operator_plan(reads, writes, attrs);
-    return Operator(ordo::detail::EngineExtension::new_operator(engine_, Body<D>{this, std::move(plan), std::forward<F>(fn)},
-                                                                reads, writes, attrs, ordo::detail::kFenceExempt));
+    // Shared: a graph that captures a push of it keeps the body (gpu/graphs.cpp).
+    auto call = std::make_shared<detail::GpuCallOf<D>>(std::forward<F>(fn));
+    const ordo::Operator op = ordo::detail::EngineExtension::new_operator(
+        engine_, Body<detail::SharedCall>{this, std::move(plan), detail::SharedCall{call}}, reads, writes, attrs,
+        ordo::detail::kFenceExempt);
+    return Operator(op, keep_operator(op, std::move(call), reads, writes, attrs));
   }
   /// Pushes a GPU operator on `ctx` (a GPU context, checked as for push);
   /// `priority` overrides the operator's. Throws ordo::Error
@@ -273,6 +303,7 @@ class Runtime {
  private:
   friend class Stream;
   friend class StreamAwaitable;
+  friend struct detail::GroupRun;
 
   template <class D>
   struct Body {
@@ -295,6 +326,22 @@ class Runtime {
     }
   };
 
+  /// Whether this thread captures a graph of the engine (Engine::capture):
+  /// GPU ops are then recorded (gpu/graphs.cpp), not pushed.
+  [[nodiscard]] bool capturing() const noexcept {
+    const ordo::detail::GraphRecorder* rec = ordo::detail::t_recorder;
+    return rec != nullptr && rec->engine() == &engine_;
+  }
+  void record(std::shared_ptr<detail::GpuCall> call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  /// A push of `op` inside a capture: records its body and lists.
+  void record_operator(Operator op, Context ctx, const int* priority);
+  /// A captured group's run (a node of a replayed graph): launches its
+  /// backend graph, captured first if not yet.
+  void run_group(detail::CapturedGroup& g, const RunContext& rc, OnComplete done);
+  void capture_group(detail::CapturedGroup& g);
+  /// The operator's body and lists, for pushes of it inside a capture; its id.
+  std::uint64_t keep_operator(ordo::Operator op, std::shared_ptr<detail::GpuCall> call, VarSpan reads, VarSpan writes,
+                              const OpAttrs& attrs);
   detail::PlanPtr make_plan(Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   detail::PlanPtr operator_plan(VarSpan reads, VarSpan writes, const OpAttrs& attrs);
   void fill_plan(detail::OpPlan& plan, VarSpan reads, VarSpan writes, const OpAttrs& attrs);

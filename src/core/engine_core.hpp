@@ -218,6 +218,9 @@ class EngineCore final : public PoolHost {
   void run_at(OpRecord* op, const Placement& at, QueueBatch* batch = nullptr);
   /// Fence gate (ordo/fence.hpp): installs (or, with null, removes) it.
   void set_fence_gate(FenceGate* gate) noexcept { gate_.store(gate, std::memory_order_release); }
+  /// Whether a FenceGate is installed (ops may wait for device work behind
+  /// their variables' fences).
+  [[nodiscard]] bool fence_gate_installed() const noexcept { return gate_.load(std::memory_order_acquire) != nullptr; }
   /// HeldOp::release: dispatches a held op, failed with `error` if given.
   void release_held(OpRecord* op, std::exception_ptr error);
   void execute(OpRecord* op) override;

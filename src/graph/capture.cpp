@@ -33,15 +33,28 @@ OpFn& GraphRecorder::begin_fn() {
 }
 
 void GraphRecorder::commit_fn(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  commit(call, ctx, reads, writes, attrs, nullptr, 0);
+}
+
+void GraphRecorder::commit_group(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                                 GraphGroup* group, std::uint64_t key) {
+  commit(call, ctx, reads, writes, attrs, group, key);
+}
+
+void GraphRecorder::commit(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                           GraphGroup* group, std::uint64_t key) {
   std::unique_ptr<GraphNode> node = std::move(pending_);
   auto label = [&] { return std::string(call) + (attrs.name != nullptr ? std::string(" '") + attrs.name + "'" : ""); };
   if (attrs.prop == FnProperty::delete_var) {
     throw Error(Errc::invalid_argument, label() + ": FnProperty::delete_var is reserved for delete_variable");
   }
-  if (ctx.device_id < 0 || ctx.is_gpu()) {
-    // GPU ops in a capture are to become CUDA graphs (docs/graphs.md): not yet.
+  if (ctx.device_id < 0 || (ctx.is_gpu() && group == nullptr)) {
+    // A body on a GPU context is recorded only as an ordo::gpu op, which
+    // becomes part of a CUDA graph; a plain body has no stream to capture.
     throw Error(Errc::invalid_argument,
-                label() + " inside Engine::capture: only CPU contexts can be captured (got " +
+                label() +
+                    " inside Engine::capture: only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured "
+                    "(got " +
                     (ctx.is_gpu() ? "gpu " : "cpu ") + std::to_string(ctx.device_id) + ")");
   }
   node->access.resize(reads.size() + writes.size());
@@ -50,6 +63,8 @@ void GraphRecorder::commit_fn(const char* call, Context ctx, VarSpan reads, VarS
   node->async = node->fn.is_async();
   node->ctx = ctx;
   node->attrs = attrs;
+  node->group = group;
+  node->group_key = key;
   if (attrs.name != nullptr) {
     node->name = attrs.name;
     node->attrs.name = node->name.c_str();  // std::string's buffer does not move with the node (heap node)
@@ -62,7 +77,9 @@ void GraphRecorder::record_operator(OperatorRecord* rec, std::uint64_t gen, Cont
     throw Error(Errc::deleted_operator, "push of a deleted operator (inside Engine::capture)");
   }
   if (ctx.device_id < 0 || ctx.is_gpu()) {
-    throw Error(Errc::invalid_argument, "push(Operator) inside Engine::capture: only CPU contexts can be captured");
+    throw Error(Errc::invalid_argument,
+                "push(Operator) inside Engine::capture: only CPU contexts can be captured (a GPU operator: "
+                "ordo::gpu::Runtime::push)");
   }
   if (rec->traits != 0) refuse_layer_push(rec->traits);
   auto node = std::make_unique<GraphNode>();
@@ -139,12 +156,90 @@ struct Last {
   std::pmr::vector<std::uint32_t> readers;
   std::uint32_t index = 0;  ///< in data_->vars
 };
+
+/// Whether `a` and `b` (normalised: sorted by variable) share a variable
+/// that one of them writes: the later one must follow the earlier.
+bool conflict(const std::vector<AccessSpec>& a, const std::vector<AccessSpec>& b) {
+  auto i = a.begin();
+  auto j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    if (std::less<>{}(i->var, j->var)) {
+      ++i;
+    } else if (std::less<>{}(j->var, i->var)) {
+      ++j;
+    } else {
+      if (i->write || j->write) return true;
+      ++i;
+      ++j;
+    }
+  }
+  return false;
+}
+
+/// a's accesses and b's, normalised (a write wins over a read).
+std::vector<AccessSpec> united(const std::vector<AccessSpec>& a, const std::vector<AccessSpec>& b) {
+  std::vector<AccessSpec> out;
+  out.reserve(a.size() + b.size());
+  auto i = a.begin();
+  auto j = b.begin();
+  while (i != a.end() || j != b.end()) {
+    if (j == b.end() || (i != a.end() && std::less<>{}(i->var, j->var))) {
+      out.push_back(*i++);
+    } else if (i == a.end() || std::less<>{}(j->var, i->var)) {
+      out.push_back(*j++);
+    } else {
+      out.push_back({i->var, i->gen, i->write || j->write});
+      ++i;
+      ++j;
+    }
+  }
+  return out;
+}
 }  // namespace
+
+void GraphRecorder::merge_groups() {
+  // A group stays open for its key until a node outside it that conflicts
+  // with it is recorded (that node, or one after it, may depend on the
+  // group: merging past it could make a cycle). A member joining an open
+  // group moves the group's node to the member's place: every node
+  // recorded since the group opened commutes with the members before it,
+  // and the ones the new member depends on stay before the node.
+  auto& nodes = data_->nodes;
+  std::vector<std::unique_ptr<GraphNode>> out;
+  out.reserve(nodes.size());
+  std::unordered_map<std::uint64_t, std::size_t> open;  // key -> the group's node in `out`
+  for (std::unique_ptr<GraphNode>& n : nodes) {
+    for (auto it = open.begin(); it != open.end();) {
+      const bool joins = n->group != nullptr && it->first == n->group_key;
+      if (!joins && conflict(out[it->second]->access, n->access)) {
+        it = open.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (n->group != nullptr) {
+      if (const auto it = open.find(n->group_key); it != open.end()) {
+        std::unique_ptr<GraphNode> g = std::move(out[it->second]);
+        g->group->absorb(*n->group);
+        g->access = united(g->access, n->access);
+        g->attrs.priority = std::max(g->attrs.priority, n->attrs.priority);
+        it->second = out.size();
+        out.push_back(std::move(g));
+        continue;  // n's node (its body, its emptied group) goes
+      }
+      open[n->group_key] = out.size();
+    }
+    out.push_back(std::move(n));
+  }
+  std::erase(out, nullptr);
+  nodes = std::move(out);
+}
 
 std::shared_ptr<GraphData> GraphRecorder::finish() {
   // The temporaries below, freed at once at the end: a litter of small
   // frees would be swept by the next large allocation (a replay's).
   std::pmr::monotonic_buffer_resource scratch;
+  merge_groups();
   // Each recorded op depends on the last recorded write of each variable it
   // touches and, if it writes, on the reads recorded since that write: the
   // engine's ordering rule applied once, to the recorded order.
@@ -210,6 +305,11 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
     }
   }
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    if (GraphGroup* g = nodes[i]->group; g != nullptr) {
+      g->followed_by_groups_only = !succ[i].empty() && exits[i].empty() &&
+                                   std::all_of(succ[i].begin(), succ[i].end(),
+                                               [&](std::uint32_t j) { return nodes[j]->group != nullptr; });
+    }
     if (data_->waits[i] == 0) {
       data_->free_ops.push_back(i);
     } else if (data_->edges_in[i] == 0) {

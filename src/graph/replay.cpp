@@ -767,7 +767,10 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   // one pushes nothing (pushed one by one, barring a delete racing with the
   // replay: then the ops before the failed one run). The replay without
   // pushes checks its variables in its one push.
-  const bool held = core->profiler() == nullptr;
+  // The replay without pushes runs its ops without variable lists, which
+  // the profiler's edges and a fence gate's holds need: with either, the
+  // recorded ops are pushed one by one.
+  const bool held = core->profiler() == nullptr && !core->fence_gate_installed();
   for (const std::uint32_t i : graph->oper_ops) {
     const GraphNode& node = *graph->nodes[i];
     if (node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {

@@ -65,7 +65,8 @@ TEST(GraphCapture, RefusesWhatCannotBeRecordedByName) {
       [&] {
         (void)engine.capture([&] { engine.push_sync([] {}, Context::gpu(0), {}, {v}, {.name = "kernel"}); });
       },
-      Errc::invalid_argument, "push_sync 'kernel' inside Engine::capture: only CPU contexts");
+      Errc::invalid_argument,
+      "push_sync 'kernel' inside Engine::capture: only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured");
   Graph g = engine.capture([&] { engine.push_sync([] {}, Context::cpu(), {}, {v}); });
   expect_error([&] { (void)engine.capture([&] { engine.replay(g); }); }, Errc::invalid_argument,
                "replay inside Engine::capture");

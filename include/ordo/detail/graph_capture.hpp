@@ -21,6 +21,23 @@ namespace ordo::detail {
 
 struct OperatorRecord;
 
+/// A layer's recorded op that merges with the ones of the same key recorded
+/// after it into one node (ordo::gpu: consecutive GPU ops of one device and
+/// stream become one CUDA graph, gpu/graphs.cpp). The node's body owns it;
+/// GraphRecorder::finish decides which nodes merge (docs/graphs.md).
+struct GraphGroup {
+  virtual ~GraphGroup() = default;
+  /// Takes the members of `later`, a group of the same key recorded after
+  /// this one's members (its node is then dropped).
+  virtual void absorb(GraphGroup& later) = 0;
+  /// Set by GraphRecorder::finish: the group has recorded ops after it,
+  /// all of them groups (its layer orders those among themselves, on the
+  /// device), and it is not among the last ops on any of its variables
+  /// (nothing outside the graph waits for it through the replay). Its op
+  /// may then complete before its work has finished.
+  bool followed_by_groups_only = false;
+};
+
 /// One recorded push. Immutable once the capture has finished: replays of
 /// one graph read it from several threads at once.
 struct GraphNode {
@@ -40,6 +57,10 @@ struct GraphNode {
   /// (a replay after delete_operator fails as the push would).
   OperatorRecord* oper = nullptr;
   std::uint64_t oper_gen = 0;
+  /// A layer's mergeable op (commit_group): its group, owned by `fn`, and
+  /// the key of the nodes it may merge with. Null for every other node.
+  GraphGroup* group = nullptr;
+  std::uint64_t group_key = 0;
 };
 
 struct GraphData;
@@ -61,6 +82,11 @@ class GraphRecorder {
   OpFn& begin_fn();
   /// Records the node begun last: `call` names the push for error messages.
   void commit_fn(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs);
+  /// Records the node begun last as a layer's mergeable op: its body owns
+  /// `group`; nodes of one `key` merge where finish() allows. The only way
+  /// a GPU context is recorded (ordo::gpu::Runtime's ops).
+  void commit_group(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
+                    GraphGroup* group, std::uint64_t key);
   /// Records a push of a pre-built operator (Engine::push(Operator)).
   void record_operator(OperatorRecord* rec, std::uint64_t gen, Context ctx, const int* priority);
   /// Throws ordo::Error{Errc::invalid_argument}: `call` cannot be recorded.
@@ -75,6 +101,11 @@ class GraphRecorder {
   Engine* engine_;
   std::shared_ptr<GraphData> data_;
   std::unique_ptr<GraphNode> pending_;
+
+  void commit(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs, GraphGroup* group,
+              std::uint64_t key);
+  /// finish()'s first step: the groups merged (the rule: docs/graphs.md).
+  void merge_groups();
 };
 
 /// The recorder of the capture running on this thread, or null (nearly

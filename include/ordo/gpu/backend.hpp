@@ -36,6 +36,7 @@ class GpuError : public std::runtime_error {
 
 using StreamHandle = void*;  ///< cudaStream_t for the CUDA backend
 using EventHandle = void*;   ///< cudaEvent_t for the CUDA backend
+using GraphHandle = void*;   ///< cudaGraphExec_t for the CUDA backend
 using HostFn = std::function<void()>;
 
 /// Streams and events of one process. Semantics are CUDA's: work enqueued on
@@ -98,11 +99,40 @@ class Backend {
   /// Asynchronous copy in stream order, any direction (cudaMemcpyDefault).
   virtual void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) = 0;
 
+  /// Stream capture (CUDA graphs), for captured engine graphs (docs/gpu.md,
+  /// "Captured"). From begin_capture on, the host tasks and copies enqueued
+  /// on `stream` by the calling thread are kept, not run; record() and
+  /// wait() on it are not allowed meanwhile. end_capture() ends the capture
+  /// and returns the work as a graph ready to launch (instantiated); it
+  /// throws (and discards the work) if the capture failed. launch()
+  /// enqueues the whole graph on a stream, in capture order, any number of
+  /// times; destroy_graph() when no launch of it is pending. Defaults:
+  /// GpuError "not supported".
+  virtual void begin_capture(StreamHandle stream) {
+    (void)stream;
+    unsupported("begin_capture");
+  }
+  virtual GraphHandle end_capture(StreamHandle stream) {
+    (void)stream;
+    unsupported("end_capture");
+  }
+  virtual void launch(GraphHandle graph, StreamHandle stream) {
+    (void)graph;
+    (void)stream;
+    unsupported("launch");
+  }
+  virtual void destroy_graph(GraphHandle graph) noexcept { (void)graph; }
+
   virtual void* alloc_device(int device, std::size_t bytes) = 0;
   virtual void free_device(int device, void* p) noexcept = 0;
   /// Page-locked host memory (cudaMallocHost), so copies are truly asynchronous.
   virtual void* alloc_pinned(std::size_t bytes) = 0;
   virtual void free_pinned(void* p) noexcept = 0;
+
+ private:
+  [[noreturn]] void unsupported(const char* call) const {
+    throw GpuError(801, "cudaErrorNotSupported", std::string(name()) + ": " + call + ": no stream capture");
+  }
 };
 
 /// Simulated backend configuration. Device memory is host memory: host
