@@ -14,6 +14,8 @@
 #   ROUNDS        paired rounds (default 12; rounded up to an even number)
 #   WORKLOAD      W1..W6, W2op, W2co, W4co (default W6; W6 compares vs_serial,
 #                 the others ops_per_s)
+#   ENGINE=name   (environment) the ordo engine compared (default ordo; e.g.
+#                 ordo-graph)
 # Prints each round's pair, then per build the median and mean, and in how many
 # rounds B beat A.
 set -euo pipefail
@@ -32,10 +34,11 @@ for bin in "$a" "$b"; do
 done
 field=ops_per_s
 [[ $workload == W6 ]] && field=vs_serial
+engine=${ENGINE:-ordo}
 
 measure() {
   local out
-  out=$("$1" --workload "$workload" --engines ordo --runs 3 2>/dev/null | grep 'engine=ordo ' | head -1)
+  out=$("$1" --workload "$workload" --engines "$engine" --runs 3 2>/dev/null | grep "engine=$engine " | head -1)
   [[ $out == *" ok=1 "* ]] || { echo "ab_compare.sh: $1 gave no verified result: $out" >&2; exit 1; }
   grep -oE "${field}=[0-9.]+" <<<"$out" | head -1 | cut -d= -f2
 }
