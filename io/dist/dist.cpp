@@ -209,6 +209,7 @@ class DistImpl {
   std::deque<Entry> entries_;  // a deque: ops keep pointers to entries while more are registered
   std::unique_ptr<Progress> progress_;
   PendingOps pending_{};
+  std::uint64_t checks_ = 0;  // collective checks entered (the pushing thread's)
   Sequence sequence_;  // this rank's pushes so far (the pushing thread's): names a failed one, checks the ranks agree
   std::uint64_t ops_run_ = 0, cache_hits_ = 0, transfers_ = 0;  // the pushing thread's; stats() reads them racily-safe below
   std::atomic<std::uint64_t> ops_run_pub_{0}, cache_hits_pub_{0}, transfers_pub_{0};
@@ -384,6 +385,10 @@ void DistImpl::transfer(Entry& e, int src, int dst) {
 
 std::exception_ptr DistImpl::check_sequences() {
   Sequence& sq = sequence_;
+  SequenceSummary mine;
+  mine.pushes = sq.pushes;
+  mine.hash = sq.hash;
+  mine.recent = sq.recent;
   // The lowest rank where a push failed (size_: none). A divergence found
   // at a transfer is not one: the comparison below finds it on every rank.
   std::uint64_t lowest = std::uint64_t(size_);
@@ -396,16 +401,26 @@ std::exception_ptr DistImpl::check_sequences() {
     } catch (...) {
     }
   }
-  // One allreduce of minima: min(~x) is ~max(x), so this gives the lowest
-  // failed rank and the least and greatest push count and hash.
-  std::uint64_t v[5] = {lowest, sq.pushes, ~sq.pushes, sq.hash, ~sq.hash};
-  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
-    MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MIN, comm, r);
-  });
-  if (v[0] < std::uint64_t(size_)) {
+  CheckVote vote(lowest, sq.pushes, sq.hash);
+  std::vector<SequenceSummary> all;
+  // Announced to every rank first: one blocked in a wait_for_var learns
+  // where this one stands (Progress::heard). If this rank's progress thread
+  // joined this check already, on this thread's behalf, its outcome is this one's.
+  if (progress_->join_check(++checks_, mine)) {
+    progress_->collective([&](MPI_Comm comm, MPI_Request* r) { vote.post(comm, r); });
+    if (vote.gathers(size_)) {
+      // The sequences differ: every rank's recent pushes say where (the
+      // failure path only; the same verdict on every rank).
+      all.resize(static_cast<std::size_t>(size_));
+      progress_->collective([&](MPI_Comm comm, MPI_Request* r) { CheckVote::post_gather(mine, all.data(), comm, r); });
+    }
+  } else {
+    progress_->joined_check(vote, all);
+  }
+  if (vote.lowest_failed() < std::uint64_t(size_)) {
     // Its report was sent before that rank entered this collective: it is
     // on its way if it has not landed yet.
-    const int failed = int(v[0]);
+    const int failed = int(vote.lowest_failed());
     std::exception_ptr failure = progress_->wait_failure(std::chrono::seconds(1));
     if (!failure) {
       failure = std::make_exception_ptr(RemoteError(
@@ -414,20 +429,10 @@ std::exception_ptr DistImpl::check_sequences() {
     }
     return failure;
   }
-  if (v[1] == ~v[2] && v[3] == ~v[4]) {
+  if (vote.agrees()) {
     sq.verified = sq.pushes;
     return nullptr;
   }
-  // The sequences differ: every rank's recent pushes say where (the failure
-  // path only; the same verdict on every rank).
-  SequenceSummary mine;
-  mine.pushes = sq.pushes;
-  mine.hash = sq.hash;
-  mine.recent = sq.recent;
-  std::vector<SequenceSummary> all(static_cast<std::size_t>(size_));
-  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
-    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm, r);
-  });
   const Divergence dv = diagnose(all, sq.verified);
   return std::make_exception_ptr(DivergedError(dv.rank, dv.push, dv.what));
 }
@@ -568,7 +573,16 @@ void Dist::push_failed(const char* op_name) noexcept {
 
 void Dist::wait_for_var(DistVar v) {
   check_books();
-  impl_->engine_.wait_for_var(impl_->entry(v).local);
+  detail::DistImpl& d = *impl_;
+  const Var local = d.entry(v).local;
+  // While it blocks, a peer that entered a collective check may prove the
+  // books diverged: then this wait's receive fails (Progress::heard).
+  struct Waiting {
+    detail::Progress& p;
+    ~Waiting() { p.waiting(nullptr); }
+  } waiting{*d.progress_};
+  d.progress_->waiting(&d.sequence_);
+  d.engine_.wait_for_var(local);
   check_books();  // the wait ended before the failure was known, or on a value no transfer replaced
 }
 

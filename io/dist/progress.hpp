@@ -29,6 +29,7 @@
 
 #include "ordo/detail/profile_hooks.hpp"
 #include "ordo/dist.hpp"
+#include "sequence.hpp"
 
 namespace ordo::dist::detail {
 
@@ -49,6 +50,9 @@ struct Envelope {
   /// A push failed on `origin` (the payload says which and why): the ranks'
   /// books differ from there on. Not a transfer: var_id and seq are 0.
   static constexpr std::int32_t kPushFailed = 2;
+  /// The sender entered its collective check number `seq` (1-based) with
+  /// `push` pushes; the payload is its SequenceSummary. Not a transfer.
+  static constexpr std::int32_t kAnnounce = 3;
 };
 static_assert(sizeof(Envelope) == 48);
 
@@ -76,6 +80,25 @@ struct Key {
   std::uint64_t seq = 0;
   friend bool operator<(const Key& a, const Key& b) noexcept {
     return std::tie(a.source, a.var_id, a.seq) < std::tie(b.source, b.var_id, b.seq);
+  }
+};
+
+/// A collective check's vote: one allreduce of minima (min(~x) is ~max(x))
+/// gives every rank the lowest rank where a push failed and the least and
+/// greatest push count and hash. The pushing thread's check and the
+/// progress thread's join on its behalf (Progress::heard) post the same.
+struct CheckVote {
+  std::uint64_t v[5];
+  CheckVote(std::uint64_t lowest_failed, std::uint64_t pushes, std::uint64_t hash) noexcept
+      : v{lowest_failed, pushes, ~pushes, hash, ~hash} {}
+  void post(MPI_Comm comm, MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MIN, comm, r); }
+  /// The lowest rank where a push failed, or `size` (none).
+  [[nodiscard]] std::uint64_t lowest_failed() const noexcept { return v[0]; }
+  [[nodiscard]] bool agrees() const noexcept { return v[1] == ~v[2] && v[3] == ~v[4]; }
+  /// The ranks then exchange their summaries to name the difference.
+  [[nodiscard]] bool gathers(int size) const noexcept { return v[0] >= std::uint64_t(size) && !agrees(); }
+  static void post_gather(const SequenceSummary& mine, SequenceSummary* all, MPI_Comm comm, MPI_Request* r) {
+    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, comm, r);
   }
 };
 
@@ -119,6 +142,22 @@ class Progress {
   /// Waits up to `limit` for failure() to be non-null (a kPushFailed
   /// envelope on its way); returns it, or null.
   std::exception_ptr wait_failure(std::chrono::milliseconds limit);
+  /// The pushing thread is about to enter collective check number `check`
+  /// with `mine`: tells every other rank (one message each), so that a rank
+  /// blocked in a wait_for_var learns that this one will make no more
+  /// pushes before the check. Returns false if this rank's progress thread
+  /// joined that check already on its behalf (heard): the pushing thread
+  /// must not post it again, and takes its outcome from joined_check.
+  bool join_check(std::uint64_t check, const SequenceSummary& mine);
+  /// The outcome of the check the progress thread joined on the pushing
+  /// thread's behalf (waits until it is over): the vote and, if the ranks
+  /// exchanged them, every rank's summary.
+  void joined_check(CheckVote& vote, std::vector<SequenceSummary>& all);
+  /// The pushing thread blocks in a wait on `books` (null: the wait ended).
+  /// While it does, a peer's announcement that proves the books diverged
+  /// fails this rank's receives and the Dist, and the progress thread joins
+  /// the check the peer waits in with `books`, so that no rank hangs there.
+  void waiting(const Sequence* books);
   /// Runs `start` (which posts one nonblocking collective on the comm) on
   /// the progress thread and blocks until its request completes.
   void collective(const std::function<void(MPI_Comm, MPI_Request*)>& start);
@@ -153,6 +192,16 @@ class Progress {
   struct Wanted;
   void deliver(const Key& key, const Envelope& h, std::vector<std::byte> message, const Wanted& w);
   void check(int rc, const char* call) const;
+  void post_send(int dest, std::vector<std::byte> buffer, std::uint64_t slice);
+  /// An announcement from `source`: kept until this rank joins that check.
+  void announced(int source, const Envelope& h, const std::vector<std::byte>& message);
+  /// Compares the announcements heard with the books of a waiting pushing
+  /// thread; on a divergence, fails and joins the check (progress thread).
+  void heard();
+  /// Sends an announcement to every other rank.
+  void announce(const std::vector<std::byte>& message);
+  /// A request of the check joined on the pushing thread's behalf finished.
+  void check_request_done();
 
   /// Begins a transfer's slice in the engine's trace (profiling on only).
   std::uint64_t profile_begin(const char* what, int peer, std::uint64_t var, std::uint64_t seq,
@@ -161,6 +210,7 @@ class Progress {
   MPI_Comm comm_;
   Engine& engine_;
   const int rank_;
+  int size_ = 1;
   /// The engine's profiler, null when profiling is off (one branch per transfer then).
   ordo::detail::ProfilerCore* const prof_;
   const std::string track_;  ///< the transfers' track in the trace: "rank R"
@@ -179,6 +229,11 @@ class Progress {
   /// wait_failure); failed_ is set (release) once it is, for a lock-free test.
   std::exception_ptr failure_;
   std::atomic<bool> failed_{false};
+  /// Collective checks this rank has entered (join_check, or heard on its
+  /// behalf): guarded by mu_, so that the two never both post one.
+  std::uint64_t checks_joined_ = 0;
+  const Sequence* waiting_ = nullptr;  // guarded by mu_: the books of a pushing thread blocked in a wait
+  bool news_ = false;  // guarded by mu_: an announcement or a wait came since heard() last compared
 
   // The progress thread's own state (nobody else touches it).
   std::vector<MPI_Request> requests_;
@@ -197,6 +252,23 @@ class Progress {
   /// alone does not fail the Dist's pushes: only a collective check does,
   /// on every rank alike.
   std::exception_ptr receive_error_;
+  struct Heard {
+    int source = 0;
+    std::uint64_t check = 0;
+    SequenceSummary summary;
+  };
+  std::vector<Heard> heard_;  // announcements of checks this rank has not entered
+  /// A check joined on the pushing thread's behalf (heard): its vote and,
+  /// if the vote disagrees, the summaries' exchange, posted in turn. Other
+  /// collectives wait in held_ until it is over, so every rank posts its
+  /// collectives in the same order.
+  struct Joined {
+    bool active = false;  // written under mu_ (joined_check reads it there)
+    CheckVote vote{0, 0, 0};
+    SequenceSummary mine;
+    std::vector<SequenceSummary> all;
+  } joined_;
+  std::vector<Command> held_;
   std::size_t sends_in_flight_ = 0;
   int shutdown_phase_ = 0;  // 0 running, 1 waiting for sends, 2 barrier posted, 3 barrier done
 
