@@ -200,6 +200,12 @@ class DistImpl {
   /// the ranks' pushes so far and learns of a push that failed anywhere.
   /// Returns the error every rank then throws (the same on all), or null.
   std::exception_ptr check_sequences();
+  /// A round in which not every rank did what this one does (`here`): the
+  /// error for it, naming a rank that destroyed its Dist if one did.
+  [[nodiscard]] std::exception_ptr parted(const Vote& vote, const char* here) const;
+  /// Posts `vote` and waits for every rank's; if they were not all doing
+  /// the same (`here`), fails the Dist and throws parted's error.
+  void round(Vote& vote, const char* here);
 
   Engine& engine_;
   Options opts_;
@@ -389,19 +395,7 @@ std::exception_ptr DistImpl::check_sequences() {
   mine.pushes = sq.pushes;
   mine.hash = sq.hash;
   mine.recent = sq.recent;
-  // The lowest rank where a push failed (size_: none). A divergence found
-  // at a transfer is not one: the comparison below finds it on every rank.
-  std::uint64_t lowest = std::uint64_t(size_);
-  if (std::exception_ptr failure = progress_->failure()) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const DivergedError&) {
-    } catch (const RemoteError& e) {
-      lowest = std::uint64_t(e.rank());
-    } catch (...) {
-    }
-  }
-  CheckVote vote(lowest, sq.pushes, sq.hash);
+  Vote vote(Vote::kCheck, progress_->lowest_failed(), sq.pushes, sq.hash, rank_, size_);
   std::vector<SequenceSummary> all;
   // Announced to every rank first: one blocked in a wait_for_var learns
   // where this one stands (Progress::heard). If this rank's progress thread
@@ -412,7 +406,7 @@ std::exception_ptr DistImpl::check_sequences() {
       // The sequences differ: every rank's recent pushes say where (the
       // failure path only; the same verdict on every rank).
       all.resize(static_cast<std::size_t>(size_));
-      progress_->collective([&](MPI_Comm comm, MPI_Request* r) { CheckVote::post_gather(mine, all.data(), comm, r); });
+      progress_->collective([&](MPI_Comm comm, MPI_Request* r) { Vote::post_gather(mine, all.data(), comm, r); });
     }
   } else {
     progress_->joined_check(vote, all);
@@ -429,12 +423,36 @@ std::exception_ptr DistImpl::check_sequences() {
     }
     return failure;
   }
+  if (!vote.unanimous()) return parted(vote, "wait_for_all or barrier");
   if (vote.agrees()) {
     sq.verified = sq.pushes;
     return nullptr;
   }
   const Divergence dv = diagnose(all, sq.verified);
   return std::make_exception_ptr(DivergedError(dv.rank, dv.push, dv.what));
+}
+
+std::exception_ptr DistImpl::parted(const Vote& vote, const char* here) const {
+  const std::string tail = " while rank " + std::to_string(rank_) + " was in " + here +
+                           "; the ranks' collectives no longer line up, so every wait of this Dist fails";
+  if (vote.leaving() < std::uint64_t(size_)) {
+    const int gone = int(vote.leaving());
+    return std::make_exception_ptr(RemoteError(
+        gone, "ordo::dist: rank " + std::to_string(gone) +
+                  " destroyed its Dist (its program left the ranks' common sequence of collectives, on an exception "
+                  "or a return)" + tail));
+  }
+  return std::make_exception_ptr(Error(
+      Errc::invalid_argument, "ordo::dist: the ranks called different collectives of a Dist (wait_for_all, barrier "
+                              "and allreduce_sum must come in the same order on every rank)" + tail));
+}
+
+void DistImpl::round(Vote& vote, const char* here) {
+  progress_->collective([&](MPI_Comm comm, MPI_Request* r) { vote.post(comm, r); });
+  if (vote.unanimous()) return;
+  const std::exception_ptr error = parted(vote, here);
+  progress_->fail(error);
+  std::rethrow_exception(error);
 }
 
 }  // namespace detail
@@ -601,7 +619,8 @@ void Dist::wait_for_all() {
   }
   if (verdict) std::rethrow_exception(verdict);  // on every rank alike: no barrier is owed
   // Every rank's pushes have finished everywhere once every rank is here.
-  d.progress_->collective([](MPI_Comm comm, MPI_Request* r) { MPI_Ibarrier(comm, r); });
+  detail::Vote here(detail::Vote::kWaited, d.size_, 0, 0, d.rank_, d.size_);
+  d.round(here, "wait_for_all");
   if (error) std::rethrow_exception(error);
 }
 
@@ -614,7 +633,15 @@ void Dist::barrier() {
 }
 
 void Dist::allreduce_sum(std::span<std::uint64_t> values) {
-  impl_->progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+  detail::DistImpl& d = *impl_;
+  // A header round first: the sum's length differs from every other round's.
+  detail::Vote header(detail::Vote::kSum, d.size_, values.size(), 0, d.rank_, d.size_);
+  d.round(header, "allreduce_sum");
+  if (!header.agrees()) {
+    throw Error(Errc::invalid_argument, "ordo::dist: allreduce_sum: the ranks passed different numbers of values (" +
+                                            std::to_string(values.size()) + " on rank " + std::to_string(d.rank_) + ")");
+  }
+  d.progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
     MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_SUM, comm, r);
   });
 }

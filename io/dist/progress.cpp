@@ -29,7 +29,7 @@ struct Progress::Command {
 };
 
 struct Progress::Slot {
-  enum Kind { kSend, kRecv, kCollective, kJoined } kind = kSend;
+  enum Kind { kSend, kRecv, kCollective, kJoined, kShutdown } kind = kSend;
   int source = 0;
   std::vector<std::byte> buffer;  // kSend: kept until matched; kRecv: lands here
   bool* finished = nullptr;       // kCollective
@@ -144,6 +144,19 @@ std::exception_ptr Progress::failure() const {
   return failure_;
 }
 
+std::uint64_t Progress::lowest_failed() const {
+  const std::exception_ptr failure = this->failure();
+  if (failure == nullptr) return std::uint64_t(size_);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const DivergedError&) {
+  } catch (const RemoteError& e) {
+    return std::uint64_t(e.rank());
+  } catch (...) {
+  }
+  return std::uint64_t(size_);
+}
+
 std::exception_ptr Progress::wait_failure(std::chrono::milliseconds limit) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, limit, [&] { return failure_ != nullptr; });
@@ -205,7 +218,7 @@ bool Progress::join_check(std::uint64_t check, const SequenceSummary& mine) {
   return true;
 }
 
-void Progress::joined_check(CheckVote& vote, std::vector<SequenceSummary>& all) {
+void Progress::joined_check(Vote& vote, std::vector<SequenceSummary>& all) {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return !joined_.active; });
   vote = joined_.vote;
@@ -362,11 +375,19 @@ bool Progress::test_requests() {
       case Slot::kRecv:
         arrived(s.source, std::move(s.buffer));
         break;
-      case Slot::kCollective:
-        if (s.finished != nullptr) {  // null: the shutdown barrier
-          std::lock_guard lock(mu_);
-          *s.finished = true;
-          cv_.notify_all();
+      case Slot::kCollective: {
+        std::lock_guard lock(mu_);
+        *s.finished = true;
+        cv_.notify_all();
+        break;
+      }
+      case Slot::kShutdown:
+        // A peer that was in a collective of its own fails it, and posts a
+        // round of its drain when its Dist goes: this rank waits for that one.
+        if (shutdown_vote_.unanimous()) {
+          shutdown_phase_ = 3;
+        } else {
+          post_shutdown_round();
         }
         break;
       case Slot::kJoined:
@@ -530,7 +551,7 @@ void Progress::heard() {
     // thread would have: the peers' verdict needs this rank's vote.
     check = checks_joined_ = it->check;
     joined_.active = true;
-    joined_.vote = CheckVote(std::uint64_t(size_), mine.pushes, mine.hash);
+    joined_.vote = Vote(Vote::kCheck, std::uint64_t(size_), mine.pushes, mine.hash, rank_, size_);
     joined_.mine = mine;
     heard_.clear();
   }
@@ -552,7 +573,7 @@ void Progress::check_request_done() {
     Slot s;
     s.kind = Slot::kJoined;
     MPI_Request r = MPI_REQUEST_NULL;
-    CheckVote::post_gather(joined_.mine, joined_.all.data(), comm_, &r);
+    Vote::post_gather(joined_.mine, joined_.all.data(), comm_, &r);
     requests_.push_back(r);
     slots_.push_back(std::move(s));
     return;
@@ -565,6 +586,16 @@ void Progress::check_request_done() {
   std::vector<Command> held;
   held.swap(held_);
   for (Command& c : held) run_command(c);
+}
+
+void Progress::post_shutdown_round() {
+  shutdown_vote_ = Vote(Vote::kShutdown, lowest_failed(), 0, 0, rank_, size_);
+  Slot s;
+  s.kind = Slot::kShutdown;
+  MPI_Request r = MPI_REQUEST_NULL;
+  shutdown_vote_.post(comm_, &r);
+  requests_.push_back(r);
+  slots_.push_back(std::move(s));
 }
 
 namespace {
@@ -608,22 +639,14 @@ void Progress::loop() {
     if (!heard_.empty()) heard();
 
     if (shutting_down) {
-      // After a check joined on the pushing thread's behalf: the barrier is the last collective.
+      // After a check joined on the pushing thread's behalf: the drain's rounds are the last collectives.
       if (shutdown_phase_ == 0 && sends_in_flight_ == 0 && !joined_.active) {
-        Slot s;
-        s.kind = Slot::kCollective;
-        s.finished = nullptr;
-        MPI_Request r = MPI_REQUEST_NULL;
-        check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-        requests_.push_back(r);
-        slots_.push_back(std::move(s));
+        post_shutdown_round();
         shutdown_phase_ = 2;
-      } else if (shutdown_phase_ == 2) {
-        bool barrier_pending = false;
-        for (const Slot& s : slots_) barrier_pending |= s.kind == Slot::kCollective && s.finished == nullptr;
-        // After the barrier every rank's sends were matched: every message
+      } else if (shutdown_phase_ == 3 && requests_.empty()) {
+        // Every rank's sends were matched before its round: every message
         // to this rank is being received; leave once they all landed.
-        if (!barrier_pending && requests_.empty()) break;
+        break;
       }
     }
     if (busy) {

@@ -83,20 +83,36 @@ struct Key {
   }
 };
 
-/// A collective check's vote: one allreduce of minima (min(~x) is ~max(x))
-/// gives every rank the lowest rank where a push failed and the least and
-/// greatest push count and hash. The pushing thread's check and the
-/// progress thread's join on its behalf (Progress::heard) post the same.
-struct CheckVote {
-  std::uint64_t v[5];
-  CheckVote(std::uint64_t lowest_failed, std::uint64_t pushes, std::uint64_t hash) noexcept
-      : v{lowest_failed, pushes, ~pushes, hash, ~hash} {}
-  void post(MPI_Comm comm, MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MIN, comm, r); }
+/// Every collective of a Dist is one round of this shape, or follows one
+/// that every rank posted with the same kind: the collective check of
+/// wait_for_all and barrier, the barrier after wait_for_all, the header of
+/// allreduce_sum, each round of the destructor's drain. So ranks whose
+/// programs part (one leaves its scope on an exception and destroys its
+/// Dist while the others wait in wait_for_all) still post matching
+/// collectives, and each learns what the others were doing; MPI never pairs
+/// an allreduce with a barrier (MPI_ERR_TRUNCATE, or a result made of
+/// another collective's bytes). One allreduce of minima (min(~x) is
+/// ~max(x)) gives every rank the lowest rank where a push failed, whether
+/// every rank posted the same kind, the least and greatest of two words
+/// (a check's push count and hash, a sum's length) and the lowest rank in
+/// its destructor.
+struct Vote {
+  enum Kind : std::uint64_t { kCheck = 1, kWaited = 2, kSum = 3, kShutdown = 4 };
+  std::uint64_t v[8];
+  Vote(Kind kind, std::uint64_t lowest_failed, std::uint64_t a, std::uint64_t b, int rank, int size) noexcept
+      : v{lowest_failed, kind, ~std::uint64_t{kind}, a, ~a, b, ~b, std::uint64_t(kind == kShutdown ? rank : size)} {}
+  void post(MPI_Comm comm, MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, v, 8, MPI_UINT64_T, MPI_MIN, comm, r); }
   /// The lowest rank where a push failed, or `size` (none).
   [[nodiscard]] std::uint64_t lowest_failed() const noexcept { return v[0]; }
-  [[nodiscard]] bool agrees() const noexcept { return v[1] == ~v[2] && v[3] == ~v[4]; }
-  /// The ranks then exchange their summaries to name the difference.
-  [[nodiscard]] bool gathers(int size) const noexcept { return v[0] >= std::uint64_t(size) && !agrees(); }
+  /// Every rank posted this round with the same kind.
+  [[nodiscard]] bool unanimous() const noexcept { return v[1] == ~v[2]; }
+  /// ... and the same two words.
+  [[nodiscard]] bool agrees() const noexcept { return unanimous() && v[3] == ~v[4] && v[5] == ~v[6]; }
+  /// The lowest rank whose Dist is in its destructor, or `size` (none).
+  [[nodiscard]] std::uint64_t leaving() const noexcept { return v[7]; }
+  /// A check where no push failed and every rank took part, whose counts or
+  /// hashes differ: the ranks then exchange their summaries to name the difference.
+  [[nodiscard]] bool gathers(int size) const noexcept { return v[0] >= std::uint64_t(size) && unanimous() && !agrees(); }
   static void post_gather(const SequenceSummary& mine, SequenceSummary* all, MPI_Comm comm, MPI_Request* r) {
     MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, comm, r);
   }
@@ -137,6 +153,9 @@ class Progress {
   void fail(std::exception_ptr error);
   /// The failure fail() recorded (here or received), or null.
   [[nodiscard]] std::exception_ptr failure() const;
+  /// The rank where the push that failure() reports failed, or the number
+  /// of ranks: none failed (a divergence is not a failed push).
+  [[nodiscard]] std::uint64_t lowest_failed() const;
   /// One relaxed load: whether failure() may be non-null (for the push path).
   [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   /// Waits up to `limit` for failure() to be non-null (a kPushFailed
@@ -152,7 +171,7 @@ class Progress {
   /// The outcome of the check the progress thread joined on the pushing
   /// thread's behalf (waits until it is over): the vote and, if the ranks
   /// exchanged them, every rank's summary.
-  void joined_check(CheckVote& vote, std::vector<SequenceSummary>& all);
+  void joined_check(Vote& vote, std::vector<SequenceSummary>& all);
   /// The pushing thread blocks in a wait on `books` (null: the wait ended).
   /// While it does, a peer's announcement that proves the books diverged
   /// fails this rank's receives and the Dist, and the progress thread joins
@@ -162,9 +181,11 @@ class Progress {
   /// the progress thread and blocks until its request completes.
   void collective(const std::function<void(MPI_Comm, MPI_Request*)>& start);
   /// The final drain: once this rank's sends are all matched (MPI_Issend),
-  /// an MPI_Ibarrier; after it every message to this rank has been matched
-  /// too, so once the receives have landed the thread ends. Returns false
-  /// if that did not happen within `timeout` (zero: forever).
+  /// a Vote of kind kShutdown, again until every rank posted one (a peer
+  /// still in a collective of its own fails it and comes later); after it
+  /// every message to this rank has been matched too, so once the receives
+  /// have landed the thread ends. Returns false if that did not happen
+  /// within `timeout` (zero: forever).
   bool shutdown(std::chrono::milliseconds timeout);
 
   [[nodiscard]] const ProgressCounters& counters() const noexcept { return counters_; }
@@ -202,6 +223,8 @@ class Progress {
   void announce(const std::vector<std::byte>& message);
   /// A request of the check joined on the pushing thread's behalf finished.
   void check_request_done();
+  /// Posts a round of the destructor's drain.
+  void post_shutdown_round();
 
   /// Begins a transfer's slice in the engine's trace (profiling on only).
   std::uint64_t profile_begin(const char* what, int peer, std::uint64_t var, std::uint64_t seq,
@@ -264,13 +287,14 @@ class Progress {
   /// collectives in the same order.
   struct Joined {
     bool active = false;  // written under mu_ (joined_check reads it there)
-    CheckVote vote{0, 0, 0};
+    Vote vote{Vote::kCheck, 0, 0, 0, 0, 0};
     SequenceSummary mine;
     std::vector<SequenceSummary> all;
   } joined_;
   std::vector<Command> held_;
   std::size_t sends_in_flight_ = 0;
-  int shutdown_phase_ = 0;  // 0 running, 1 waiting for sends, 2 barrier posted, 3 barrier done
+  int shutdown_phase_ = 0;  // 0 running, 2 a drain round posted, 3 every rank drains
+  Vote shutdown_vote_{Vote::kShutdown, 0, 0, 0, 0, 0};
 
   std::thread thread_;
 };
