@@ -208,7 +208,11 @@ class TrackedBody {
 /// - a registered value lives at its address for the Dist's lifetime; on
 ///   the owner it holds the value, elsewhere the cached copy;
 /// - wait_for_all, barrier, allreduce_sum and the destructor are
-///   collective: every rank calls them, in the same order.
+///   collective: every rank calls them, in the same order. A rank that
+///   breaks this one (its program leaves the Dist's scope on an exception
+///   while the others wait in wait_for_all) makes their collective throw,
+///   naming the failure or the rank that left; its destructor waits for
+///   theirs.
 ///
 /// Ranks that break the second rule (a push skipped, made on another
 /// variable, in another order, placed elsewhere) are told at the next
