@@ -208,13 +208,19 @@ class TrackedBody {
 /// - a registered value lives at its address for the Dist's lifetime; on
 ///   the owner it holds the value, elsewhere the cached copy;
 /// - wait_for_all, barrier, allreduce_sum and the destructor are
-///   collective: every rank calls them, in the same order.
+///   collective: every rank calls them, in the same order. A rank that
+///   breaks this one (its program leaves the Dist's scope on an exception
+///   while the others wait in wait_for_all) makes their collective throw,
+///   naming the failure or the rank that left; its destructor waits for
+///   theirs.
 ///
 /// Ranks that break the second rule (a push skipped, made on another
 /// variable, in another order, placed elsewhere) are told at the next
 /// wait_for_all or barrier, with a DivergedError on every rank; a transfer
 /// that meets a receive made by another push fails that receive instead of
-/// landing. Op bodies are not compared (docs/dist.md).
+/// landing, and a wait_for_var fails once a peer that entered a
+/// wait_for_all or barrier proves the books diverged. Op bodies are not
+/// compared (docs/dist.md).
 ///
 /// @par Thread safety
 /// register_*, push, the waits and the destructor: one thread at a time (the
@@ -293,6 +299,9 @@ class Dist {
   /// push failed on some rank (see push), throws that failure wherever it
   /// is known; a transfer this rank waits for fails as soon as the news
   /// arrives, so the owner never returns with the value the push left stale.
+  /// Throws a DivergedError if a peer that entered a wait_for_all or
+  /// barrier meanwhile shows that the ranks pushed different sequences (this
+  /// rank then takes its part in that collective, so the peers' fail too).
   void wait_for_var(DistVar v);
   /// Collective. First compares the ranks' sequences of pushes (one
   /// allreduce), then Engine::wait_for_all on this rank, then a barrier, so

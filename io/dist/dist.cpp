@@ -200,6 +200,12 @@ class DistImpl {
   /// the ranks' pushes so far and learns of a push that failed anywhere.
   /// Returns the error every rank then throws (the same on all), or null.
   std::exception_ptr check_sequences();
+  /// A round in which not every rank did what this one does (`here`): the
+  /// error for it, naming a rank that destroyed its Dist if one did.
+  [[nodiscard]] std::exception_ptr parted(const Vote& vote, const char* here) const;
+  /// Posts `vote` and waits for every rank's; if they were not all doing
+  /// the same (`here`), fails the Dist and throws parted's error.
+  void round(Vote& vote, const char* here);
 
   Engine& engine_;
   Options opts_;
@@ -209,6 +215,7 @@ class DistImpl {
   std::deque<Entry> entries_;  // a deque: ops keep pointers to entries while more are registered
   std::unique_ptr<Progress> progress_;
   PendingOps pending_{};
+  std::uint64_t checks_ = 0;  // collective checks entered (the pushing thread's)
   Sequence sequence_;  // this rank's pushes so far (the pushing thread's): names a failed one, checks the ranks agree
   std::uint64_t ops_run_ = 0, cache_hits_ = 0, transfers_ = 0;  // the pushing thread's; stats() reads them racily-safe below
   std::atomic<std::uint64_t> ops_run_pub_{0}, cache_hits_pub_{0}, transfers_pub_{0};
@@ -384,28 +391,30 @@ void DistImpl::transfer(Entry& e, int src, int dst) {
 
 std::exception_ptr DistImpl::check_sequences() {
   Sequence& sq = sequence_;
-  // The lowest rank where a push failed (size_: none). A divergence found
-  // at a transfer is not one: the comparison below finds it on every rank.
-  std::uint64_t lowest = std::uint64_t(size_);
-  if (std::exception_ptr failure = progress_->failure()) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const DivergedError&) {
-    } catch (const RemoteError& e) {
-      lowest = std::uint64_t(e.rank());
-    } catch (...) {
+  SequenceSummary mine;
+  mine.pushes = sq.pushes;
+  mine.hash = sq.hash;
+  mine.recent = sq.recent;
+  Vote vote(Vote::kCheck, progress_->lowest_failed(), sq.pushes, sq.hash, rank_, size_);
+  std::vector<SequenceSummary> all;
+  // Announced to every rank first: one blocked in a wait_for_var learns
+  // where this one stands (Progress::heard). If this rank's progress thread
+  // joined this check already, on this thread's behalf, its outcome is this one's.
+  if (progress_->join_check(++checks_, mine)) {
+    progress_->collective([&](MPI_Comm comm, MPI_Request* r) { vote.post(comm, r); });
+    if (vote.gathers(size_)) {
+      // The sequences differ: every rank's recent pushes say where (the
+      // failure path only; the same verdict on every rank).
+      all.resize(static_cast<std::size_t>(size_));
+      progress_->collective([&](MPI_Comm comm, MPI_Request* r) { Vote::post_gather(mine, all.data(), comm, r); });
     }
+  } else {
+    progress_->joined_check(vote, all);
   }
-  // One allreduce of minima: min(~x) is ~max(x), so this gives the lowest
-  // failed rank and the least and greatest push count and hash.
-  std::uint64_t v[5] = {lowest, sq.pushes, ~sq.pushes, sq.hash, ~sq.hash};
-  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
-    MPI_Iallreduce(MPI_IN_PLACE, v, 5, MPI_UINT64_T, MPI_MIN, comm, r);
-  });
-  if (v[0] < std::uint64_t(size_)) {
+  if (vote.lowest_failed() < std::uint64_t(size_)) {
     // Its report was sent before that rank entered this collective: it is
     // on its way if it has not landed yet.
-    const int failed = int(v[0]);
+    const int failed = int(vote.lowest_failed());
     std::exception_ptr failure = progress_->wait_failure(std::chrono::seconds(1));
     if (!failure) {
       failure = std::make_exception_ptr(RemoteError(
@@ -414,22 +423,36 @@ std::exception_ptr DistImpl::check_sequences() {
     }
     return failure;
   }
-  if (v[1] == ~v[2] && v[3] == ~v[4]) {
+  if (!vote.unanimous()) return parted(vote, "wait_for_all or barrier");
+  if (vote.agrees()) {
     sq.verified = sq.pushes;
     return nullptr;
   }
-  // The sequences differ: every rank's recent pushes say where (the failure
-  // path only; the same verdict on every rank).
-  SequenceSummary mine;
-  mine.pushes = sq.pushes;
-  mine.hash = sq.hash;
-  mine.recent = sq.recent;
-  std::vector<SequenceSummary> all(static_cast<std::size_t>(size_));
-  progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
-    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm, r);
-  });
   const Divergence dv = diagnose(all, sq.verified);
   return std::make_exception_ptr(DivergedError(dv.rank, dv.push, dv.what));
+}
+
+std::exception_ptr DistImpl::parted(const Vote& vote, const char* here) const {
+  const std::string tail = " while rank " + std::to_string(rank_) + " was in " + here +
+                           "; the ranks' collectives no longer line up, so every wait of this Dist fails";
+  if (vote.leaving() < std::uint64_t(size_)) {
+    const int gone = int(vote.leaving());
+    return std::make_exception_ptr(RemoteError(
+        gone, "ordo::dist: rank " + std::to_string(gone) +
+                  " destroyed its Dist (its program left the ranks' common sequence of collectives, on an exception "
+                  "or a return)" + tail));
+  }
+  return std::make_exception_ptr(Error(
+      Errc::invalid_argument, "ordo::dist: the ranks called different collectives of a Dist (wait_for_all, barrier "
+                              "and allreduce_sum must come in the same order on every rank)" + tail));
+}
+
+void DistImpl::round(Vote& vote, const char* here) {
+  progress_->collective([&](MPI_Comm comm, MPI_Request* r) { vote.post(comm, r); });
+  if (vote.unanimous()) return;
+  const std::exception_ptr error = parted(vote, here);
+  progress_->fail(error);
+  std::rethrow_exception(error);
 }
 
 }  // namespace detail
@@ -568,7 +591,16 @@ void Dist::push_failed(const char* op_name) noexcept {
 
 void Dist::wait_for_var(DistVar v) {
   check_books();
-  impl_->engine_.wait_for_var(impl_->entry(v).local);
+  detail::DistImpl& d = *impl_;
+  const Var local = d.entry(v).local;
+  // While it blocks, a peer that entered a collective check may prove the
+  // books diverged: then this wait's receive fails (Progress::heard).
+  struct Waiting {
+    detail::Progress& p;
+    ~Waiting() { p.waiting(nullptr); }
+  } waiting{*d.progress_};
+  d.progress_->waiting(&d.sequence_);
+  d.engine_.wait_for_var(local);
   check_books();  // the wait ended before the failure was known, or on a value no transfer replaced
 }
 
@@ -587,7 +619,8 @@ void Dist::wait_for_all() {
   }
   if (verdict) std::rethrow_exception(verdict);  // on every rank alike: no barrier is owed
   // Every rank's pushes have finished everywhere once every rank is here.
-  d.progress_->collective([](MPI_Comm comm, MPI_Request* r) { MPI_Ibarrier(comm, r); });
+  detail::Vote here(detail::Vote::kWaited, d.size_, 0, 0, d.rank_, d.size_);
+  d.round(here, "wait_for_all");
   if (error) std::rethrow_exception(error);
 }
 
@@ -600,7 +633,15 @@ void Dist::barrier() {
 }
 
 void Dist::allreduce_sum(std::span<std::uint64_t> values) {
-  impl_->progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
+  detail::DistImpl& d = *impl_;
+  // A header round first: the sum's length differs from every other round's.
+  detail::Vote header(detail::Vote::kSum, d.size_, values.size(), 0, d.rank_, d.size_);
+  d.round(header, "allreduce_sum");
+  if (!header.agrees()) {
+    throw Error(Errc::invalid_argument, "ordo::dist: allreduce_sum: the ranks passed different numbers of values (" +
+                                            std::to_string(values.size()) + " on rank " + std::to_string(d.rank_) + ")");
+  }
+  d.progress_->collective([&](MPI_Comm comm, MPI_Request* r) {
     MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_UINT64_T, MPI_SUM, comm, r);
   });
 }

@@ -16,7 +16,7 @@
 namespace ordo::dist::detail {
 
 struct Progress::Command {
-  enum Kind { kSend, kWant, kDiscard, kCollective, kFail } kind = kSend;
+  enum Kind { kSend, kAnnounce, kWant, kDiscard, kCollective, kFail } kind = kSend;
   int dest = 0;
   std::vector<std::byte> message;
   Key key;
@@ -29,7 +29,7 @@ struct Progress::Command {
 };
 
 struct Progress::Slot {
-  enum Kind { kSend, kRecv, kCollective } kind = kSend;
+  enum Kind { kSend, kRecv, kCollective, kJoined, kShutdown } kind = kSend;
   int source = 0;
   std::vector<std::byte> buffer;  // kSend: kept until matched; kRecv: lands here
   bool* finished = nullptr;       // kCollective
@@ -42,6 +42,7 @@ Progress::Progress(MPI_Comm comm, Engine& engine, int rank)
       rank_(rank),
       prof_(ordo::detail::EngineExtension::profiler(engine)),
       track_("rank " + std::to_string(rank)) {
+  MPI_Comm_size(comm_, &size_);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -143,6 +144,19 @@ std::exception_ptr Progress::failure() const {
   return failure_;
 }
 
+std::uint64_t Progress::lowest_failed() const {
+  const std::exception_ptr failure = this->failure();
+  if (failure == nullptr) return std::uint64_t(size_);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const DivergedError&) {
+  } catch (const RemoteError& e) {
+    return std::uint64_t(e.rank());
+  } catch (...) {
+  }
+  return std::uint64_t(size_);
+}
+
 std::exception_ptr Progress::wait_failure(std::chrono::milliseconds limit) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, limit, [&] { return failure_ != nullptr; });
@@ -172,6 +186,52 @@ void Progress::mismatch(const Key& key, const Envelope& h, const Stamp& mine, co
   const std::exception_ptr error = std::make_exception_ptr(DivergedError(key.source, first, what));
   done(error);
   fail_wants(error);
+}
+
+namespace {
+std::vector<std::byte> announcement(std::uint64_t check, const SequenceSummary& books) {
+  Envelope h;
+  h.seq = check;
+  h.push = books.pushes;
+  h.hash = books.hash;
+  h.status = Envelope::kAnnounce;
+  h.size = sizeof books;
+  std::vector<std::byte> message(sizeof h + sizeof books);
+  std::memcpy(message.data(), &h, sizeof h);
+  std::memcpy(message.data() + sizeof h, &books, sizeof books);
+  return message;
+}
+}  // namespace
+
+bool Progress::join_check(std::uint64_t check, const SequenceSummary& mine) {
+  std::vector<std::byte> message = announcement(check, mine);
+  {
+    std::lock_guard lock(mu_);
+    if (checks_joined_ >= check) return false;
+    checks_joined_ = check;
+    Command c;
+    c.kind = Command::kAnnounce;
+    c.message = std::move(message);
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Progress::joined_check(Vote& vote, std::vector<SequenceSummary>& all) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !joined_.active; });
+  vote = joined_.vote;
+  all = joined_.all;
+}
+
+void Progress::waiting(const Sequence* books) {
+  {
+    std::lock_guard lock(mu_);
+    waiting_ = books;
+    news_ = true;
+  }
+  cv_.notify_all();
 }
 
 void Progress::collective(const std::function<void(MPI_Comm, MPI_Request*)>& start) {
@@ -207,24 +267,33 @@ double Progress::cpu_seconds() const noexcept {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+void Progress::post_send(int dest, std::vector<std::byte> buffer, std::uint64_t slice) {
+  Slot s;
+  s.kind = Slot::kSend;
+  s.buffer = std::move(buffer);
+  s.slice = slice;
+  MPI_Request r = MPI_REQUEST_NULL;
+  // Synchronous mode: complete once the receiver has matched it, so that
+  // at shutdown "my sends are done" on every rank means "nothing is on
+  // the wire"; the send op itself finished when it handed the message here.
+  check(MPI_Issend(s.buffer.data(), static_cast<int>(s.buffer.size()), MPI_BYTE, dest, kDataTag, comm_, &r),
+        "MPI_Issend");
+  ++sends_in_flight_;
+  requests_.push_back(r);
+  slots_.push_back(std::move(s));
+}
+
 void Progress::run_command(Command& c) {
   switch (c.kind) {
     case Command::kSend: {
-      Slot s;
-      s.kind = Slot::kSend;
-      s.buffer = std::move(c.message);
-      s.slice = c.slice;
-      MPI_Request r = MPI_REQUEST_NULL;
-      // Synchronous mode: complete once the receiver has matched it, so that
-      // at shutdown "my sends are done" on every rank means "nothing is on
-      // the wire"; the send op itself finished when it handed the message here.
-      check(MPI_Issend(s.buffer.data(), static_cast<int>(s.buffer.size()), MPI_BYTE, c.dest, kDataTag, comm_, &r),
-            "MPI_Issend");
       counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
-      counters_.bytes_sent.fetch_add(s.buffer.size(), std::memory_order_relaxed);
-      ++sends_in_flight_;
-      requests_.push_back(r);
-      slots_.push_back(std::move(s));
+      counters_.bytes_sent.fetch_add(c.message.size(), std::memory_order_relaxed);
+      post_send(c.dest, std::move(c.message), c.slice);
+      break;
+    }
+    case Command::kAnnounce: {
+      // Bookkeeping between the ranks, not a transfer: not in the counters.
+      announce(c.message);
       break;
     }
     case Command::kWant: {
@@ -252,6 +321,10 @@ void Progress::run_command(Command& c) {
       fail_wants(failure());
       break;
     case Command::kCollective: {
+      if (joined_.active) {
+        held_.push_back(std::move(c));
+        break;
+      }
       Slot s;
       s.kind = Slot::kCollective;
       s.finished = c.finished;
@@ -302,12 +375,23 @@ bool Progress::test_requests() {
       case Slot::kRecv:
         arrived(s.source, std::move(s.buffer));
         break;
-      case Slot::kCollective:
-        if (s.finished != nullptr) {  // null: the shutdown barrier
-          std::lock_guard lock(mu_);
-          *s.finished = true;
-          cv_.notify_all();
+      case Slot::kCollective: {
+        std::lock_guard lock(mu_);
+        *s.finished = true;
+        cv_.notify_all();
+        break;
+      }
+      case Slot::kShutdown:
+        // A peer that was in a collective of its own fails it, and posts a
+        // round of its drain when its Dist goes: this rank waits for that one.
+        if (shutdown_vote_.unanimous()) {
+          shutdown_phase_ = 3;
+        } else {
+          post_shutdown_round();
         }
+        break;
+      case Slot::kJoined:
+        check_request_done();
         break;
     }
   }
@@ -327,8 +411,6 @@ bool Progress::test_requests() {
 }
 
 void Progress::arrived(int source, std::vector<std::byte> message) {
-  counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_received.fetch_add(message.size(), std::memory_order_relaxed);
   Envelope h;
   if (message.size() < sizeof h) {
     std::fprintf(stderr, "ordo::dist: rank %d: a %zu-byte message from rank %d is shorter than an envelope; dropped\n",
@@ -336,6 +418,12 @@ void Progress::arrived(int source, std::vector<std::byte> message) {
     return;
   }
   std::memcpy(&h, message.data(), sizeof h);
+  if (h.status == Envelope::kAnnounce) {
+    announced(source, h, message);
+    return;
+  }
+  counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_received.fetch_add(message.size(), std::memory_order_relaxed);
   if (h.status == Envelope::kPushFailed) {
     const auto* text = reinterpret_cast<const char*>(message.data() + sizeof h);
     {
@@ -411,6 +499,105 @@ void Progress::deliver(const Key& key, const Envelope& h, std::vector<std::byte>
   done();
 }
 
+void Progress::announced(int source, const Envelope& h, const std::vector<std::byte>& message) {
+  if (message.size() != sizeof h + sizeof(SequenceSummary)) {
+    std::fprintf(stderr, "ordo::dist: rank %d: an announcement of %zu bytes from rank %d (not %zu); dropped\n", rank_,
+                 message.size(), source, sizeof h + sizeof(SequenceSummary));
+    return;
+  }
+  Heard a;
+  a.source = source;
+  a.check = h.seq;
+  std::memcpy(&a.summary, message.data() + sizeof h, sizeof a.summary);
+  heard_.push_back(a);
+  std::lock_guard lock(mu_);
+  news_ = true;
+}
+
+void Progress::announce(const std::vector<std::byte>& message) {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) post_send(r, message, 0);
+  }
+}
+
+void Progress::heard() {
+  std::exception_ptr error;
+  std::uint64_t check = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!news_) return;  // nothing to compare that was not compared already
+    news_ = false;
+    // A check this rank has entered compares the books itself.
+    std::erase_if(heard_, [&](const Heard& a) { return a.check <= checks_joined_; });
+    if (heard_.empty() || waiting_ == nullptr || failure_ != nullptr) return;
+    // The pushing thread is blocked in a wait and has not entered the next
+    // check: its books stay as they are while mu_ is held.
+    SequenceSummary mine;
+    mine.pushes = waiting_->pushes;
+    mine.hash = waiting_->hash;
+    mine.recent = waiting_->recent;
+    const auto it = std::find_if(heard_.begin(), heard_.end(),
+                                 [&](const Heard& a) { return diverged_before_check(mine, a.summary); });
+    if (it == heard_.end()) return;
+    // The verdict on the two rings, in the collective check's words (lower rank first).
+    const bool first = rank_ < it->source;
+    const SequenceSummary pair[2] = {first ? mine : it->summary, first ? it->summary : mine};
+    const int names[2] = {std::min(rank_, it->source), std::max(rank_, it->source)};
+    // rank(): the peer whose announcement proved it, as a transfer's mismatch names its sender.
+    const Divergence dv = diagnose(pair, waiting_->verified, names);
+    error = std::make_exception_ptr(DivergedError(it->source, dv.push, dv.what));
+    keep_failure(error);
+    // Join the check the peer waits in, with these books, as the pushing
+    // thread would have: the peers' verdict needs this rank's vote.
+    check = checks_joined_ = it->check;
+    joined_.active = true;
+    joined_.vote = Vote(Vote::kCheck, std::uint64_t(size_), mine.pushes, mine.hash, rank_, size_);
+    joined_.mine = mine;
+    heard_.clear();
+  }
+  cv_.notify_all();
+  fail_wants(error);
+  announce(announcement(check, joined_.mine));
+  Slot s;
+  s.kind = Slot::kJoined;
+  MPI_Request r = MPI_REQUEST_NULL;
+  joined_.vote.post(comm_, &r);
+  requests_.push_back(r);
+  slots_.push_back(std::move(s));
+}
+
+void Progress::check_request_done() {
+  if (joined_.all.empty() && joined_.vote.gathers(size_)) {
+    // The peers exchange their summaries next: so does this rank (the verdict it keeps is its own).
+    joined_.all.resize(std::size_t(size_));
+    Slot s;
+    s.kind = Slot::kJoined;
+    MPI_Request r = MPI_REQUEST_NULL;
+    Vote::post_gather(joined_.mine, joined_.all.data(), comm_, &r);
+    requests_.push_back(r);
+    slots_.push_back(std::move(s));
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    joined_.active = false;
+  }
+  cv_.notify_all();
+  std::vector<Command> held;
+  held.swap(held_);
+  for (Command& c : held) run_command(c);
+}
+
+void Progress::post_shutdown_round() {
+  shutdown_vote_ = Vote(Vote::kShutdown, lowest_failed(), 0, 0, rank_, size_);
+  Slot s;
+  s.kind = Slot::kShutdown;
+  MPI_Request r = MPI_REQUEST_NULL;
+  shutdown_vote_.post(comm_, &r);
+  requests_.push_back(r);
+  slots_.push_back(std::move(s));
+}
+
 namespace {
 // The progress loop's pace: polls in a row (each with a yield) before it
 // naps; the first nap while a transfer is expected, doubling to the
@@ -449,23 +636,17 @@ void Progress::loop() {
     batch.clear();
     post_receives();
     busy |= test_requests();
+    if (!heard_.empty()) heard();
 
     if (shutting_down) {
-      if (shutdown_phase_ == 0 && sends_in_flight_ == 0) {
-        Slot s;
-        s.kind = Slot::kCollective;
-        s.finished = nullptr;
-        MPI_Request r = MPI_REQUEST_NULL;
-        check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-        requests_.push_back(r);
-        slots_.push_back(std::move(s));
+      // After a check joined on the pushing thread's behalf: the drain's rounds are the last collectives.
+      if (shutdown_phase_ == 0 && sends_in_flight_ == 0 && !joined_.active) {
+        post_shutdown_round();
         shutdown_phase_ = 2;
-      } else if (shutdown_phase_ == 2) {
-        bool barrier_pending = false;
-        for (const Slot& s : slots_) barrier_pending |= s.kind == Slot::kCollective && s.finished == nullptr;
-        // After the barrier every rank's sends were matched: every message
+      } else if (shutdown_phase_ == 3 && requests_.empty()) {
+        // Every rank's sends were matched before its round: every message
         // to this rank is being received; leave once they all landed.
-        if (!barrier_pending && requests_.empty()) break;
+        break;
       }
     }
     if (busy) {

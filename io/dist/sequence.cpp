@@ -29,9 +29,20 @@ bool same(const At& a, const At& b) {
   return a.kind != At::kKnown || a.record->hash == b.record->hash;
 }
 
-std::string list(const std::vector<int>& ranks) {
+/// The hash after push #n, if `s` knows it.
+std::optional<std::uint64_t> hash_at(const SequenceSummary& s, std::uint64_t n) {
+  if (n == 0) return std::uint64_t{0};
+  const At a = at(s, n);
+  if (a.kind != At::kKnown) return std::nullopt;
+  return a.record->hash;
+}
+
+std::string list(const std::vector<int>& ranks, std::span<const int> names) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i != 0 ? ", " : "") + std::to_string(ranks[i]);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int r = names.empty() ? ranks[i] : names[std::size_t(ranks[i])];
+    s += (i != 0 ? ", " : "") + std::to_string(r);
+  }
   return s;
 }
 
@@ -58,7 +69,7 @@ std::string describe(const At& a, std::uint64_t n) {
 
 }  // namespace
 
-Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verified) {
+Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verified, std::span<const int> names) {
   // The ranks grouped by where they ended up, rank 0's group first.
   std::vector<std::vector<int>> groups;
   for (int r = 0; r < int(ranks.size()); ++r) {
@@ -75,6 +86,7 @@ Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verifi
   }
   Divergence d;
   d.rank = groups.size() > 1 ? groups[1].front() : 0;
+  if (!names.empty()) d.rank = names[std::size_t(d.rank)];
 
   // The hash after push #n names the whole prefix: the ranks agree up to
   // the last n where every rank's hash is known and equal, and differ from
@@ -111,7 +123,7 @@ Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verifi
   w = "ordo::dist: the ranks pushed different sequences of ops: ";
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const SequenceSummary& s = ranks[std::size_t(groups[i].front())];
-    w += (i != 0 ? ", " : "") + list(groups[i]) + " made " + std::to_string(s.pushes) + " pushes";
+    w += (i != 0 ? ", " : "") + list(groups[i], names) + " made " + std::to_string(s.pushes) + " pushes";
     if (i != 0 && s.pushes == ranks[0].pushes) w += " (a different sequence)";
   }
   if (agreed + 1 == differs) {
@@ -123,10 +135,16 @@ Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verifi
   }
   w += ", where ";
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    w += (i != 0 ? "; " : "") + list(groups[i]) + ": " + describe(at(ranks[std::size_t(groups[i].front())], differs), differs);
+    w += (i != 0 ? "; " : "") + list(groups[i], names) + ": " + describe(at(ranks[std::size_t(groups[i].front())], differs), differs);
   }
   w += ". The ranks' books differ from there on, so every wait of this Dist fails";
   return d;
+}
+
+bool diverged_before_check(const SequenceSummary& mine, const SequenceSummary& peer) {
+  if (peer.pushes < mine.pushes) return true;
+  const std::optional<std::uint64_t> theirs = hash_at(peer, mine.pushes);
+  return theirs && *theirs != mine.hash;
 }
 
 }  // namespace ordo::dist::detail

@@ -62,15 +62,25 @@ struct SequenceSummary {
   std::array<PushRecord, Sequence::kRecent> recent{};
 };
 
-/// The verdict on the ranks' summaries (index = rank): the same text on
-/// every rank, the lowest rank whose sequence differs from rank 0's, and the
-/// push where the sequences first may differ. `verified`: pushes at the last
-/// check every rank passed (they agree up to there).
+/// The verdict on the ranks' summaries (index = rank, or `names[index]`
+/// when given): the same text on every rank, the lowest rank whose sequence
+/// differs from the first one's, and the push where the sequences first may
+/// differ. `verified`: pushes at the last check every rank passed (they
+/// agree up to there).
 struct Divergence {
   std::string what;
   int rank = 0;
   std::uint64_t push = 0;
 };
-Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verified);
+Divergence diagnose(std::span<const SequenceSummary> ranks, std::uint64_t verified, std::span<const int> names = {});
+
+/// Whether a peer that entered a collective check with `peer`'s pushes
+/// proves this rank's books (`mine`, which has not entered that check yet)
+/// diverged from its: it reached the check with fewer pushes than this rank
+/// has made already (so it never makes the transfers of the rest), or its
+/// hash differs from this rank's at a push both rings still know. A peer
+/// further on whose ring no longer reaches this rank's last push proves
+/// nothing.
+bool diverged_before_check(const SequenceSummary& mine, const SequenceSummary& peer);
 
 }  // namespace ordo::dist::detail
