@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "coro/coro_test_util.hpp"
+#include "io/io_test_util.hpp"
 #include "ordo/detail/extension.hpp"
 #include "ordo/io.hpp"
 #include "ordo/timer.hpp"
@@ -43,16 +44,6 @@ std::unique_ptr<Reactor> uring_reactor(Engine& engine) {
 }
 
 ordo::detail::TimerService& timers(Engine& engine) { return ordo::detail::EngineExtension::timers(engine); }
-
-/// Waits (bounded) until `pred` holds; false if it never did.
-template <class P>
-bool eventually(P pred, std::chrono::seconds limit = 30s) {
-  for (const auto end = Clock::now() + limit; !pred();) {
-    if (Clock::now() > end) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 /// The order in which sleepers resumed. One CPU worker and the engine's FIFO
 /// queue: resumptions run in the order the expiries were delivered.
