@@ -131,26 +131,26 @@ class Server {
     // A connection waiting for a request stops now; one running requests
     // stops after writing their replies (its loop sees stopping_), unless
     // its client does not read them: the grace timer then cancels the write.
-    for (Conn* c : sessions_)
+    for (Conn* c : open_conns_)
       if (c->state == Conn::State::reading) c->sock.cancel(ec);
-    if (sessions_.empty()) return;
+    if (open_conns_.empty()) return;
     stop_timer_.expires_after(opt_.stop_write_timeout);
     stop_timer_.async_wait([this](asio::error_code tec) {
       if (tec) return;  // every connection closed in time
       writes_cancelled_ = true;
       asio::error_code cec;
-      for (Conn* c : sessions_) c->sock.cancel(cec);
+      for (Conn* c : open_conns_) c->sock.cancel(cec);
     });
   }
 
   [[nodiscard]] ServerStats stats() const {
     ServerStats st;
-    st.connections = sessions_.size();
+    st.connections = open_conns_.size();
     st.requests = requests_;
     st.accept_failures = accept_failures_;
     st.expiry_entries = deadlines_.size();
     st.bytes_read = bytes_read_;
-    for (const Conn* c : sessions_) {
+    for (const Conn* c : open_conns_) {
       st.writing += c->state == Conn::State::writing;
       st.receive_buffer_bytes += c->in.capacity();
     }
@@ -187,7 +187,7 @@ class Server {
         continue;
       }
       ++connections_;
-      asio::co_spawn(io_, session(std::move(sock)), asio::detached);
+      asio::co_spawn(io_, serve_connection(std::move(sock)), asio::detached);
     }
   }
 
@@ -323,7 +323,7 @@ class Server {
   };
   static asio::awaitable<std::string> ready(std::string s) { co_return s; }
 
-  /// A connection, owned by its session coroutine and listed in sessions_
+  /// A connection, owned by its coroutine (serve_connection) and listed in open_conns_
   /// while it runs (stop() reaches it there).
   struct Conn {
     enum class State : std::uint8_t { busy, reading, writing };
@@ -334,21 +334,21 @@ class Server {
   };
   /// The receive buffer a connection keeps between requests.
   static constexpr std::size_t kKeepBytes = 64U << 10;
-  /// Lists a connection in sessions_ for its session's lifetime, whichever
-  /// way the session ends; the last one out during stop() ends the grace timer.
+  /// Lists a connection in open_conns_ for its coroutine's lifetime, whichever
+  /// way the connection ends; the last one out during stop() ends the grace timer.
   struct Listed {
     Server& srv;
     Conn* conn;
-    Listed(Server& s, Conn* c) : srv(s), conn(c) { srv.sessions_.insert(c); }
+    Listed(Server& s, Conn* c) : srv(s), conn(c) { srv.open_conns_.insert(c); }
     ~Listed() {
-      srv.sessions_.erase(conn);
-      if (srv.stopping_ && srv.sessions_.empty()) srv.stop_timer_.cancel();
+      srv.open_conns_.erase(conn);
+      if (srv.stopping_ && srv.open_conns_.empty()) srv.stop_timer_.cancel();
     }
     Listed(const Listed&) = delete;
     Listed& operator=(const Listed&) = delete;
   };
 
-  asio::awaitable<void> session(asio::ip::tcp::socket socket) {
+  asio::awaitable<void> serve_connection(asio::ip::tcp::socket socket) {
     Conn conn(std::move(socket));
     const Listed listed(*this, &conn);
     asio::error_code ec;
@@ -467,7 +467,7 @@ class Server {
     InfoFacts f;
     f.port = port();
     f.uptime_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count();
-    f.clients = sessions_.size();
+    f.clients = open_conns_.size();
     f.connections_received = connections_;
     f.commands = requests_;
     f.input_bytes = bytes_read_;
@@ -647,7 +647,7 @@ class Server {
   std::int64_t armed_ = 0;                          ///< deadline the timer waits for (0: none); io thread
   std::optional<std::stop_source> expiry_stop_;    ///< stops the current expiry sleep; io thread
   ordo::AsyncScope timers_;                        ///< the expiry sleeps; after engine_, joined by ~Server
-  std::set<Conn*> sessions_;                       ///< open connections; io thread
+  std::set<Conn*> open_conns_;                       ///< open connections; io thread
   bool stopping_ = false;                          ///< io thread
   asio::steady_timer stop_timer_{io_};             ///< stop()'s grace for pending writes
   bool writes_cancelled_ = false;                  ///< the grace is over; io thread

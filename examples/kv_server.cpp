@@ -11,7 +11,7 @@
 // connections (port 0 picks a free one); serves until SIGINT or SIGTERM
 // (or a client's SHUTDOWN), then stops accepting, answers the requests it
 // has read and exits. Run with no arguments (as the example smoke test
-// does) it serves one line-protocol session from itself and exits, so the
+// does) it serves one line-protocol connection from itself and exits, so the
 // smoke test checks the whole path once.
 #include <cstdio>
 #include <cstdlib>

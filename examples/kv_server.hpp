@@ -198,7 +198,7 @@ class Server {
       auto [ec, sock] = co_await acceptor_.async_accept(asio::experimental::as_tuple(asio::use_awaitable));
       if (ec == asio::error::operation_aborted) co_return;
       if (ec) continue;  // e.g. EMFILE: keep serving the connections we have
-      asio::co_spawn(io_, session(std::move(sock)), asio::detached);
+      asio::co_spawn(io_, serve_connection(std::move(sock)), asio::detached);
     }
   }
 
@@ -227,7 +227,7 @@ class Server {
     co_return co_await std::move(op);
   }
 
-  asio::awaitable<void> session(asio::ip::tcp::socket sock) {
+  asio::awaitable<void> serve_connection(asio::ip::tcp::socket sock) {
     sock.set_option(asio::ip::tcp::no_delay(true));
     std::string in;
     for (;;) {

@@ -23,13 +23,13 @@ TEST_P(ErrorPolicy, CoroutinePushFailureGoesToTheAwaiterAndTheNextOpRuns) {
       return value;
     }, Context::cpu(), {.name = "set", .error_to_awaiter = true});
   };
-  auto session = [&]() -> Task<void> {
+  auto client = [&]() -> Task<void> {
     EXPECT_EQ(co_await request(false, 1), 1);
     EXPECT_THROW(co_await request(true, 2), Boom);
     EXPECT_EQ(co_await request(false, 3), 3) << "the failed request must not poison the key";
     co_await wait_for(engine, key);  // no error on the key
   };
-  run_bounded(session());
+  run_bounded(client());
   EXPECT_EQ(engine.var_version(key), 3U) << "the failed write counts as made";
   EXPECT_EQ(engine.pending_errors(), 0U) << "the awaiter observed it";
   EXPECT_NO_THROW(engine.wait_for_var(key));
@@ -40,12 +40,12 @@ TEST_P(ErrorPolicy, WithoutTheFlagTheErrorStaysOnTheVariable) {
   Engine engine(GetParam().options);
   Var key = engine.new_variable();
   std::atomic<int> ran{0};
-  auto session = [&]() -> Task<void> {
+  auto client = [&]() -> Task<void> {
     EXPECT_THROW(co_await push(engine, reads(), writes(key), [] { throw Boom("bad"); }), Boom);
     // The next op on the key is skipped and rethrows the original exception.
     EXPECT_THROW(co_await push(engine, reads(key), writes(), [&] { ran.fetch_add(1); }), Boom);
   };
-  run_bounded(session());
+  run_bounded(client());
   EXPECT_EQ(ran.load(), 0);
   EXPECT_THROW(engine.wait_for_var(key), Boom);
   EXPECT_NO_THROW(engine.wait_for_all());
