@@ -364,8 +364,7 @@ void EngineCore::enter(OpRecord* op, Context ctx, Spec* specs, std::size_t n, co
   prepare(op, ctx, n, attrs);
   op->wait.store(static_cast<std::int32_t>(n + 1), std::memory_order_relaxed);
 
-  if (opts_.max_in_flight != 0 && op->kind < OpKind::wait_var &&
-      held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) {
+  if (op->kind < OpKind::wait_var && over_bound()) {
     throttle();
   }
   if (prof_ != nullptr) [[unlikely]] prof_->on_push(op, specs, n);
@@ -446,7 +445,7 @@ bool EngineCore::direct_allowed(Context ctx, const OpAttrs& attrs, std::size_t n
   if (place(OpShape{OpKind::fn, kRunsOnPusher, attrs.prop, ctx, false}, Origin::push).where != Place::now) {
     return false;
   }
-  return opts_.max_in_flight == 0 || held_back_count() < static_cast<std::int64_t>(opts_.max_in_flight);
+  return !over_bound();
 }
 
 bool EngineCore::lease_direct_allowed(Context ctx, const OpAttrs& attrs, std::uint8_t traits,
@@ -973,7 +972,7 @@ std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpe
                                        const OpAttrs& attrs, std::size_t ops) {
   // The ops the holders stand for wait for room like pushed ones: a loop of
   // replays is held back as a loop of pushes is.
-  if (opts_.max_in_flight != 0 && held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight)) throttle();
+  if (over_bound()) throttle();
   const std::size_t locked = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
   if (locked != n) return locked;
   ReadyList ready;  // stays empty: a grant at push makes nothing ready

@@ -322,6 +322,11 @@ class EngineCore final : public PoolHost {
   void op_finished(std::uint32_t n = 1) noexcept;
   bool must_notify(std::int64_t after) const noexcept;
   std::int64_t held_back_count() const noexcept;
+  /// Ops held back reach Options::max_in_flight (0: no bound): a push
+  /// (or a replay's holders) waits for room in throttle().
+  bool over_bound() const noexcept {
+    return opts_.max_in_flight != 0 && held_back_count() >= static_cast<std::int64_t>(opts_.max_in_flight);
+  }
   void subtract_finished(std::int64_t n) noexcept;
   /// Wakes the idle and throttle waiters; only where the engine outlives the call.
   void wake_idle_waiters() noexcept;

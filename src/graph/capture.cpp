@@ -151,7 +151,6 @@ void pack_steps(GraphData* data, const NodeLists& var_index, const NodeLists& ex
 struct Last {
   using allocator_type = std::pmr::polymorphic_allocator<>;
   explicit Last(const allocator_type& a) : readers(a) {}
-  Last(Last&& o, const allocator_type& a) : writer(o.writer), readers(std::move(o.readers), a), index(o.index) {}
   std::int64_t writer = -1;
   std::pmr::vector<std::uint32_t> readers;
   std::uint32_t index = 0;  ///< in data_->vars

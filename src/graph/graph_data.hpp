@@ -117,9 +117,7 @@ struct GraphData {
   mutable std::vector<std::unique_ptr<ReplayState, ReplayStateFree>> spare;
 };
 
-}  // namespace ordo::detail
-
-namespace ordo::detail {
 /// Puts the state of a first replay in g.spare (at capture).
 void make_spare_replay(const GraphData& g);
+
 }  // namespace ordo::detail

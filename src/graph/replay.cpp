@@ -627,8 +627,6 @@ constexpr OpAttrs kStartAttrs{.name = "ordo::replay (starts its ops)"};
 
 constexpr OpAttrs kHoldAttrs{.name = "ordo::replay (holds its variables)"};
 
-void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyList& ready, bool at_push);
-
 /// The replay without pushes: the holder pushed (one atomic step), then the
 /// recorded ops that wait for nothing started. Throws (nothing pushed) for
 /// a deleted variable.
