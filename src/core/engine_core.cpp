@@ -64,6 +64,10 @@ EngineCore::EngineCore(Options options) : opts_(std::move(options)) {
 }
 
 EngineCore::~EngineCore() {
+  {
+    std::lock_guard lock(keepers_->mutex);
+    keepers_->closed = true;
+  }
   for (auto& chunk : var_chunks_) {
     for (std::size_t i = 0; i < kVarChunk; ++i) release(chunk[i].error);
   }
@@ -171,6 +175,8 @@ EngineCore::PendingOps EngineCore::pending_ops() {
     for (std::size_t i = 0; i < used; ++i) {
       VarRecord* v = &var_chunks_[c][i];
       const std::lock_guard lock(v->lock);  // a writer completes under it: its record stays put
+      // A graph's kept access holds nothing up (a push takes it back).
+      if (v->keeper != nullptr && v->keeper->kept[v->keep_index].load(std::memory_order_relaxed)) continue;
       const std::string var = "var " + std::to_string(v->id);
       if (v->write_running && v->writer != nullptr) {
         out.lines.push_back(op_label(v->writer->name) + " holds " + var);
@@ -993,14 +999,60 @@ std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpe
   return n;
 }
 
-void EngineCore::release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outcome, std::uint64_t writes) noexcept {
-  const AccessNode& a = holder->access[i];
+void EngineCore::hold_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes, VarKeeper* keeper,
+                            std::uint32_t k) noexcept {
   ReadyList ready;
-  release_all<false>(&a, 1, outcome, ready, holder, [&](std::size_t, VarRecord* v) {
-    if (a.write()) v->version += writes - 1;  // the release counts one
-    return true;
-  });
+  v->lock.lock();
+  // A read may end beside another replay's read that is kept already: one
+  // kept access per variable (a push ends one).
+  const bool kept_already = v->keeper != nullptr && v->keeper->kept[v->keep_index].load(std::memory_order_relaxed);
+  if (v->head == nullptr && !kept_already) {
+    // Nothing waits: kept, left as a release would leave it but for the grant.
+    if (write) {
+      v->version += writes;
+      if (v->error != outcome) {
+        release(v->error);
+        v->error = retain(outcome);
+      }
+      v->writer = nullptr;  // the holder's record goes before the access ends
+    }
+    v->keeper = keeper;
+    v->keep_index = k;
+    v->keep_write = write;
+    if (v->error != nullptr) keeper->errors.fetch_add(1, std::memory_order_relaxed);
+    keeper->kept[k].store(true, std::memory_order_release);
+  } else {
+    if (!kept_already) v->keeper = nullptr;
+    v->release_access(write, outcome);
+    if (write) v->version += writes - 1;  // the release counts one
+    grant_waiting<false>(v, ready, nullptr);
+  }
+  v->lock.unlock();
   if (!ready.empty()) dispatch_ready(ready);
+}
+
+void EngineCore::unkeep(VarRecord* v) noexcept {
+  VarKeeper* keeper = v->keeper;
+  std::lock_guard lock(keeper->lock);
+  std::atomic<bool>& kept = keeper->kept[v->keep_index];
+  if (!kept.load(std::memory_order_relaxed)) return;  // a replay took it over: it ends it
+  kept.store(false, std::memory_order_relaxed);
+  if (v->error != nullptr) keeper->errors.fetch_sub(1, std::memory_order_relaxed);
+  v->ungrant(v->keep_write);
+  v->keeper = nullptr;
+}
+
+void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
+  // Under the registry's lock: the engine's destructor cannot free the
+  // variables meanwhile (it closes the registry first).
+  std::lock_guard lock(keeper.registry->mutex);
+  if (keeper.registry->closed) return;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!keeper.kept[k].load(std::memory_order_acquire)) continue;
+    VarRecord* v = specs[k].var;
+    std::lock_guard var_lock(v->lock);
+    if (v->keeper == &keeper) unkeep(v);
+  }
 }
 
 void EngineCore::end_holder(OpRecord* holder) noexcept {

@@ -87,6 +87,37 @@ struct OpShape {
   const IoSite* io = nullptr;  ///< pushed from an io thread (EngineCore::inline_at_io)
 };
 
+/// The engine's end, shared with the captured graphs that keep variables
+/// (VarKeeper): closed when the engine is destroyed, after which a graph
+/// (which may outlive its engine) leaves the variables alone.
+struct KeeperRegistry {
+  std::mutex mutex;
+  bool closed = false;  ///< guarded by mutex
+};
+
+/// A captured graph's hold on its variables between replays
+/// (src/graph/replay.cpp). When a replay's last recorded op on a variable
+/// has ended and nothing waits on it, the access the replay was granted is
+/// kept instead of released, its writes and outcome left on the variable
+/// as a release leaves them (EngineCore::hold_ended). The next replay takes
+/// it over without touching the variable (`kept` true -> false under
+/// `lock`); a push takes it back first (EngineCore::unkeep, under the
+/// variable's lock, then `lock`): every order is as if it had been released.
+struct VarKeeper {
+  VarKeeper(std::size_t vars, std::shared_ptr<KeeperRegistry> r)
+      : kept(std::make_unique<std::atomic<bool>[]>(vars)), registry(std::move(r)) {}
+  SpinLock lock;
+  /// Per variable of the graph: its access is kept, and no replay holds it.
+  /// Set (release) under the variable's lock by the replay that keeps it;
+  /// cleared under `lock` by the replay that takes it over (acquire) or by
+  /// the push that takes it back.
+  std::unique_ptr<std::atomic<bool>[]> kept;
+  /// Kept variables that carry an error: a replay that takes variables over
+  /// reads their errors only when there are any.
+  std::atomic<std::int64_t> errors{0};
+  std::shared_ptr<KeeperRegistry> registry;
+};
+
 /// What a holder (OpTraits::kHolder) does when its access i is granted,
 /// under the variable's lock: inside the holders' push (`at_push`), or
 /// later, by a completion, when ops it makes ready go to `ready`.
@@ -240,12 +271,23 @@ class EngineCore final : public PoolHost {
   std::size_t submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs,
                              std::size_t ops);
   static constexpr std::size_t kMaxAccess = 0xFFFF;  ///< an op's variables (OpRecord::n_access)
-  /// Releases the holder's access i (granted) as a completion would, with
-  /// `outcome` left on a written variable, and `writes` completed writes
-  /// counted on it. Once all are released, the holder is completed by
-  /// end_holder (its layer knows when).
-  void release_hold(OpRecord* holder, std::size_t i, ErrorRecord* outcome, std::uint64_t writes) noexcept;
+  /// A replay's last recorded op on v has ended: its access (a holder's,
+  /// or one taken over from `keeper`, index k) ends as a completion would,
+  /// `outcome` left on a written variable and `writes` completed writes
+  /// counted on it; kept for the graph's next replay if nothing waits on v
+  /// (VarKeeper), else released. Once all of a holder's accesses have
+  /// ended, the holder is completed by end_holder (its layer knows when).
+  void hold_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes, VarKeeper* keeper,
+                  std::uint32_t k) noexcept;
   void end_holder(OpRecord* holder) noexcept;
+  /// Under v's lock, v->keeper set: a kept access is ended before anything
+  /// else is granted or queued on v (one taken over by a replay is left to it).
+  static void unkeep(VarRecord* v) noexcept;
+  /// The registry a graph's VarKeeper shares with this engine.
+  [[nodiscard]] const std::shared_ptr<KeeperRegistry>& keepers() const noexcept { return keepers_; }
+  /// A graph's keeper going away: the accesses it keeps on specs[0..n)
+  /// (its variables, in its order) end, unless the engine is gone.
+  static void drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept;
   [[nodiscard]] bool live_error(const ErrorRecord* e) const noexcept { return live(e); }
 
   // Waiting.
@@ -350,7 +392,7 @@ class EngineCore final : public PoolHost {
   static void unlock_vars(const AccessSpec* specs, std::size_t n) noexcept;
   /// Under its lock: the access may be granted now (its variable current,
   /// free for it and carrying no live error).
-  bool grantable(const AccessSpec& spec) const noexcept;
+  bool grantable(const AccessSpec& spec) noexcept;
   /// Under the locks: grants every access (each was grantable); `by` the
   /// op that holds them (null: the direct path); `unlock`: releases each
   /// lock as it goes.
@@ -424,6 +466,8 @@ class EngineCore final : public PoolHost {
   std::vector<std::unique_ptr<VarRecord[]>> var_chunks_;  ///< guarded by var_mutex_
   std::size_t var_chunk_used_ = 0;                         ///< guarded by var_mutex_
   VarRecord* var_free_ = nullptr;                          ///< guarded by var_mutex_
+  /// Closed by the destructor (the graphs' keepers then leave the variables alone).
+  std::shared_ptr<KeeperRegistry> keepers_ = std::make_shared<KeeperRegistry>();
 
   // Operators.
   std::mutex oper_mutex_;

@@ -135,8 +135,9 @@ inline void EngineCore::unlock_vars(const AccessSpec* specs, std::size_t n) noex
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
 }
 
-inline bool EngineCore::grantable(const AccessSpec& spec) const noexcept {
-  const VarRecord* v = spec.var;
+inline bool EngineCore::grantable(const AccessSpec& spec) noexcept {
+  VarRecord* v = spec.var;
+  if (v->keeper != nullptr) [[unlikely]] unkeep(v);
   return v->gen == spec.gen && v->free_for(spec.write) && !live(v->error);
 }
 
@@ -161,6 +162,7 @@ inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* s
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
     AccessNode* a = link_access(op, i, specs[i]);
+    if (v->keeper != nullptr) [[unlikely]] unkeep(v);
     if (is_delete) {
       ++v->gen;  // every handle to v is stale from now on
       v->deleted = true;

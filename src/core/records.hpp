@@ -50,6 +50,8 @@ inline void release(ErrorRecord* e) noexcept {
   if (e != nullptr && e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
 }
 
+struct VarKeeper;
+
 /// One engine variable: its dependency queue (the ThreadedVar of MXNet).
 ///
 /// Invariants (all fields below `lock` are guarded by it):
@@ -70,6 +72,12 @@ struct VarRecord {
   /// The op of the running write, while write_running (null for one on the
   /// direct path, which has no record): what a stuck shutdown names.
   const OpRecord* writer = nullptr;
+  /// The graph that holds its access between replays, or the replay that
+  /// took that access over (see VarKeeper); null otherwise. A push takes
+  /// it back before anything else (EngineCore::unkeep).
+  VarKeeper* keeper = nullptr;
+  std::uint32_t keep_index = 0;  ///< its place in the keeper's graph
+  bool keep_write = false;       ///< the kept access is a write
   /// Not guarded by `lock`: owned by the engine's FenceGate, if any (see
   /// ordo/fence.hpp); the engine only tests it for null at dispatch.
   FenceSlot fence{nullptr};
@@ -107,6 +115,17 @@ struct VarRecord {
     if (error != outcome) {
       release(error);
       error = retain(outcome);
+    }
+  }
+
+  /// Ends a granted access whose completion was already counted (a kept
+  /// one: its writes and outcome were left on the variable when it was kept).
+  void ungrant(bool write) noexcept {
+    if (write) {
+      write_running = false;
+      writer = nullptr;
+    } else {
+      --running_reads;
     }
   }
 

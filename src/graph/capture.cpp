@@ -337,6 +337,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   make_spare_replay(*data_);
   data_->specs.reserve(data_->vars.size());
   for (const GraphData::VarUse& use : data_->vars) data_->specs.push_back(use.spec);
+  data_->keeper = std::make_unique<VarKeeper>(data_->vars.size(), EngineExtension::core(*engine_)->keepers());
   pending_.reset();
   return std::move(data_);
 }

@@ -14,6 +14,7 @@ namespace ordo::detail {
 
 struct ErrorRecord;
 struct ReplayState;
+struct VarKeeper;
 /// Deletes a replay's state (src/graph/replay.cpp, where it is complete).
 struct ReplayStateFree {
   void operator()(ReplayState* s) const noexcept;
@@ -32,7 +33,11 @@ struct ReplayArrays {
     /// the graph's edges (a write follows every access before it).
     ErrorRecord* error = nullptr;
     bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
+    /// Its place in the holders' accesses (ReplayState::index), or kTaken:
+    /// the replay took its access over from the graph's keeper.
+    std::uint32_t slot = 0;
   };
+  static constexpr std::uint32_t kTaken = ~std::uint32_t{0};
   /// Decremented through std::atomic_ref; written whole (memcpy) before
   /// the replay's ops can run.
   std::unique_ptr<std::int32_t[]> waits;
@@ -51,6 +56,12 @@ struct ReplayArrays {
 /// Built by one GraphRecorder, immutable from GraphRecorder::finish on
 /// (but for `spare`, which has its own lock).
 struct GraphData {
+  GraphData() = default;
+  /// Ends the accesses its keeper keeps (src/graph/replay.cpp).
+  ~GraphData();
+  GraphData(const GraphData&) = delete;
+  GraphData& operator=(const GraphData&) = delete;
+
   Engine* engine = nullptr;
   /// In push order. unique_ptr: a node's body (OpFn) never moves.
   std::vector<std::unique_ptr<GraphNode>> nodes;
@@ -111,6 +122,9 @@ struct GraphData {
   std::vector<std::uint32_t> oper_ops;
   /// vars' specs, in the same order: what a replay's holders push.
   std::vector<AccessSpec> specs;
+  /// Its variables' accesses kept between replays (VarKeeper; made at
+  /// capture, indexed as `vars`).
+  std::unique_ptr<VarKeeper> keeper;
   /// The states of finished replays, arrays included, for the next ones
   /// (the first made at capture): no allocation per replay once warm.
   mutable SpinLock spare_lock;

@@ -68,8 +68,8 @@ std::size_t holder_count(std::size_t vars) noexcept {
 
 struct ReplayState;
 
-/// A holder of a replay: its record, and where its accesses start in
-/// GraphData::vars (a holder has at most EngineCore::kMaxAccess).
+/// A holder of a replay: its record, and where its accesses start in the
+/// holders' list (ReplayState::hold_index; at most EngineCore::kMaxAccess).
 struct HoldChunk : HolderHooks {
   ReplayState* s = nullptr;
   std::size_t base = 0;
@@ -118,6 +118,12 @@ struct ReplayState {
   bool all_at_push = false;
   /// push_held's lists of the records it pushes (kept for the next replay).
   std::vector<OpRecord*> records, starters;
+  /// The holders' accesses when the replay took some variables over from
+  /// the graph's keeper: their indexes in GraphData::vars, and their specs
+  /// (else the graph's own, all of them: hold_index null).
+  std::vector<std::uint32_t> index;
+  std::vector<AccessSpec> specs;
+  const std::uint32_t* hold_index = nullptr;
 
   /// A state for a replay of `g`: a finished replay's, or a new one.
   static ReplayState* take(const std::shared_ptr<const GraphData>& g) {
@@ -193,6 +199,10 @@ struct ReplayState {
 };
 
 void ReplayStateFree::operator()(ReplayState* s) const noexcept { delete s; }
+
+GraphData::~GraphData() {
+  if (keeper != nullptr) EngineCore::drop_kept(*keeper, specs.data(), specs.size());
+}
 
 void make_spare_replay(const GraphData& g) {
   // Everything a replay without pushes sizes by the graph, made now: the
@@ -302,6 +312,7 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
   const auto* chunk = static_cast<const HoldChunk*>(hooks);
   ReplayState* s = chunk->s;
   k += chunk->base;
+  if (s->hold_index != nullptr) k = s->hold_index[k];
   ErrorRecord* e = v->error;
   if (s->core->live_error(e)) {
     s->errors.store(true, std::memory_order_relaxed);
@@ -315,12 +326,68 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
   }
 }
 
-/// The last recorded op on variable k has finished: the holder releases
-/// it, leaving the last write's outcome on it.
+/// The last recorded op on variable k has finished: its access ends (kept
+/// for the next replay, or released), leaving the last write's outcome on it.
 void end_hold(ReplayState* s, std::uint32_t k) noexcept {
-  const GraphData::VarUse& use = s->graph->vars[k];
-  const HoldChunk& chunk = s->holders[k / EngineCore::kMaxAccess];
-  s->core->release_hold(chunk.op, k - chunk.base, use.spec.write ? s->held[k].error : nullptr, use.writes);
+  const GraphData& g = *s->graph;
+  const GraphData::VarUse& use = g.vars[k];
+  s->core->hold_ended(use.spec.var, use.spec.write, use.spec.write ? s->held[k].error : nullptr, use.writes,
+                      g.keeper.get(), k);
+}
+
+/// The accesses the graph's keeper kept, taken over by replay `s` (marked
+/// at_push: granted as the holders' push is) and their errors read; returns
+/// how many. The others are left in s->specs/index for the holders (none
+/// taken: the graph's own list, hold_index null).
+std::size_t take_kept(ReplayState* s, const GraphData& g) {
+  VarKeeper& keeper = *g.keeper;
+  const std::size_t nv = g.vars.size();
+  std::size_t taken = 0;
+  {
+    std::lock_guard lock(keeper.lock);
+    for (std::size_t k = 0; k < nv; ++k) {
+      std::atomic<bool>& kept = keeper.kept[k];
+      if (!kept.load(std::memory_order_acquire)) continue;  // acquire: the ops of the replay that kept it
+      kept.store(false, std::memory_order_relaxed);
+      s->held[k].at_push = true;
+      ++taken;
+    }
+  }
+  s->hold_index = nullptr;
+  if (taken == 0) return 0;
+  // Nobody changes a kept variable's error (a push takes it back first).
+  if (keeper.errors.load(std::memory_order_relaxed) > 0) {
+    for (std::size_t k = 0; k < nv; ++k) {
+      ErrorRecord* e = s->held[k].at_push ? g.vars[k].spec.var->error : nullptr;
+      if (e == nullptr) continue;
+      keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again if kept again
+      if (s->core->live_error(e)) {
+        s->errors.store(true, std::memory_order_relaxed);
+        s->held[k].error = retain(e);
+      }
+    }
+  }
+  s->index.clear();
+  s->specs.clear();
+  for (std::uint32_t k = 0; k < nv; ++k) {
+    if (s->held[k].at_push) continue;
+    s->index.push_back(k);
+    s->specs.push_back(g.specs[k]);
+  }
+  s->hold_index = s->index.data();
+  return taken;
+}
+
+/// take_kept undone (the holders' push failed): each access taken ends as
+/// it was (no write counted, its error left), kept again or released.
+void give_back(ReplayState* s, const GraphData& g) noexcept {
+  for (std::uint32_t k = 0; k < g.vars.size(); ++k) {
+    ReplayArrays::Held& h = s->held[k];
+    if (!h.at_push) continue;
+    release(std::exchange(h.error, nullptr));
+    const AccessSpec& spec = g.vars[k].spec;
+    s->core->hold_ended(spec.var, spec.write, spec.var->error, 0, g.keeper.get(), k);
+  }
 }
 
 constexpr std::uint32_t kNone = ~std::uint32_t{0};
@@ -638,12 +705,16 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   s->waits = s->arrays->waits.get();
   s->held = s->arrays->held.get();
   std::memcpy(s->waits, g.waits.data(), n * sizeof(std::int32_t));
-  s->granted_at_push = 0;
   for (std::size_t k = 0; k < nv; ++k) {
     s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
   }
+  // The variables the graph kept since its last replay are taken over; the
+  // holders' push holds the rest.
+  s->granted_at_push = take_kept(s, g);
+  const std::size_t nh = nv - s->granted_at_push;
+  const AccessSpec* hold_specs = s->hold_index != nullptr ? s->specs.data() : g.specs.data();
   // The holders' records, freed again unless every one was pushed.
-  s->holders.resize(holder_count(nv));
+  s->holders.resize(holder_count(nh));
   std::vector<OpRecord*>& records = s->records;
   records.clear();
   records.reserve(s->holders.size());
@@ -653,8 +724,9 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   auto free_records = [&] {
     for (OpRecord* r : records) op_free(r);
     for (OpRecord* r : starters) op_free(r);
+    give_back(s, g);
   };
-  std::size_t bad = nv;
+  std::size_t bad = nh;
   try {
     for (std::size_t c = 0; c < starter_count(nv); ++c) {
       OpRecord* op = op_alloc();  // its body is emplaced once pushed (inline: cannot fail)
@@ -676,14 +748,14 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       chunk.op->traits = kHolder;
       chunk.op->aux = static_cast<HolderHooks*>(&chunk);
     }
-    bad = core->submit_holders(records.data(), g.specs.data(), nv, kHoldAttrs, n + starters.size());
+    bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size());
   } catch (...) {
     free_records();
     throw;
   }
-  if (bad != nv) {
+  if (bad != nh) {
     free_records();
-    const GraphData::VarUse& use = g.vars[bad];
+    const GraphData::VarUse& use = g.vars[s->hold_index != nullptr ? s->hold_index[bad] : bad];
     throw Error(Errc::deleted_var, "replay of a graph: var " + std::to_string(use.spec.var->id) + " of " +
                                        node_label(*g.nodes[use.first_op], use.first_op) + " was deleted");
   }

@@ -51,7 +51,7 @@ enum OpTraits : std::uint8_t {
   kOutcomeToBody = 8,
   /// Never runs: holds variables for a replay, its accesses granted one by
   /// one (each grant calls the HolderHooks in OpRecord::aux, under the
-  /// variable's lock) and released one by one (EngineCore::release_hold).
+  /// variable's lock) and ended one by one (EngineCore::hold_ended).
   kHolder = 16,
 };
 
