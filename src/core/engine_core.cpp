@@ -176,7 +176,10 @@ EngineCore::PendingOps EngineCore::pending_ops() {
       VarRecord* v = &var_chunks_[c][i];
       const std::lock_guard lock(v->lock);  // a writer completes under it: its record stays put
       // A graph's kept access holds nothing up (a push takes it back).
-      if (v->keeper != nullptr && v->keeper->kept[v->keep_index].load(std::memory_order_relaxed)) continue;
+      if (v->keeper != nullptr &&
+          v->keeper->state[v->keep_index].load(std::memory_order_relaxed) == VarKeeper::kKept) {
+        continue;
+      }
       const std::string var = "var " + std::to_string(v->id);
       if (v->write_running && v->writer != nullptr) {
         out.lines.push_back(op_label(v->writer->name) + " holds " + var);
@@ -223,7 +226,10 @@ std::uint64_t EngineCore::var_version(Var var) {
   if (v->gen != VarRecord::gen_of(var)) {
     throw Error(Errc::deleted_var, "var_version: var " + std::to_string(var.id()) + " was deleted");
   }
-  return v->version;
+  std::uint64_t version = v->version;
+  // Writes of replays whose access a graph still holds (VarKeeper) are complete.
+  if (v->keeper != nullptr) version += v->keeper->slots[v->keep_index].writes.load(std::memory_order_relaxed);
+  return version;
 }
 
 void EngineCore::recycle_var(VarRecord* v) noexcept {
@@ -999,30 +1005,60 @@ std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpe
   return n;
 }
 
+namespace {
+/// Whether a graph's keeper holds an access on v (kept or taken by a replay).
+bool claimed(const VarRecord* v) noexcept {
+  return v->keeper != nullptr && v->keeper->state[v->keep_index].load(std::memory_order_acquire) != VarKeeper::kFree;
+}
+
+/// Under v's lock, its access held by the keeper or by a replay that took
+/// it: the slot's writes and error settled on v, the access ended (the
+/// caller grants what waits), the slot free.
+void settle(VarRecord* v, VarKeeper& keeper, std::uint32_t k) noexcept {
+  VarKeeper::Slot& slot = keeper.slots[k];
+  v->version += slot.writes.exchange(0, std::memory_order_relaxed);
+  ErrorRecord* e = std::exchange(slot.error, nullptr);
+  if (e != nullptr) keeper.errors.fetch_sub(1, std::memory_order_relaxed);
+  if (v->keep_write && v->error != e) {
+    release(v->error);
+    v->error = e;  // the slot's reference
+  } else {
+    release(e);  // a read's copy, or the same one
+  }
+  v->ungrant(v->keep_write);
+  keeper.state[k].store(VarKeeper::kFree, std::memory_order_release);
+  if (v->keeper == &keeper) v->keeper = nullptr;
+}
+
+/// The slot of an access now held by a replay, after that replay: its
+/// writes counted, a write's outcome left; counted among the keeper's errors.
+void fill_slot(VarKeeper& keeper, std::uint32_t k, bool write, ErrorRecord* outcome, std::uint64_t writes) noexcept {
+  VarKeeper::Slot& slot = keeper.slots[k];
+  // Its holder alone writes it (var_version reads it): no locked add.
+  if (writes != 0) slot.writes.store(slot.writes.load(std::memory_order_relaxed) + writes, std::memory_order_relaxed);
+  if (write && slot.error != outcome) {
+    release(slot.error);
+    slot.error = retain(outcome);
+  }
+  if (slot.error != nullptr) keeper.errors.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 void EngineCore::hold_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes, VarKeeper* keeper,
                             std::uint32_t k) noexcept {
   ReadyList ready;
   v->lock.lock();
-  // A read may end beside another replay's read that is kept already: one
-  // kept access per variable (a push ends one).
-  const bool kept_already = v->keeper != nullptr && v->keeper->kept[v->keep_index].load(std::memory_order_relaxed);
-  if (v->head == nullptr && !kept_already) {
-    // Nothing waits: kept, left as a release would leave it but for the grant.
-    if (write) {
-      v->version += writes;
-      if (v->error != outcome) {
-        release(v->error);
-        v->error = retain(outcome);
-      }
-      v->writer = nullptr;  // the holder's record goes before the access ends
-    }
+  // Kept when nothing waits and no graph holds v already (a read of
+  // another replay may have run beside this one): one per variable.
+  if (v->head == nullptr && !claimed(v)) {
+    if (!write) keeper->slots[k].error = retain(v->error);  // what a replay that takes it reads
+    fill_slot(*keeper, k, write, outcome, writes);
+    if (write) v->writer = nullptr;  // the holder's record goes before the access ends
     v->keeper = keeper;
     v->keep_index = k;
     v->keep_write = write;
-    if (v->error != nullptr) keeper->errors.fetch_add(1, std::memory_order_relaxed);
-    keeper->kept[k].store(true, std::memory_order_release);
+    keeper->state[k].store(VarKeeper::kKept, std::memory_order_release);
   } else {
-    if (!kept_already) v->keeper = nullptr;
     v->release_access(write, outcome);
     if (write) v->version += writes - 1;  // the release counts one
     grant_waiting<false>(v, ready, nullptr);
@@ -1031,15 +1067,35 @@ void EngineCore::hold_ended(VarRecord* v, bool write, ErrorRecord* outcome, std:
   if (!ready.empty()) dispatch_ready(ready);
 }
 
+void EngineCore::taken_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes,
+                             VarKeeper* keeper, std::uint32_t k) noexcept {
+  fill_slot(*keeper, k, write, outcome, writes);
+  std::uint8_t taken = VarKeeper::kTaken;
+  // release: the replay's ops before whoever takes it next (acquire).
+  if (keeper->state[k].compare_exchange_strong(taken, VarKeeper::kKept, std::memory_order_acq_rel)) return;
+  // A push waits on v (kWanted): released, as a completion would.
+  ReadyList ready;
+  v->lock.lock();
+  settle(v, *keeper, k);
+  grant_waiting<false>(v, ready, nullptr);
+  v->lock.unlock();
+  if (!ready.empty()) dispatch_ready(ready);
+}
+
 void EngineCore::unkeep(VarRecord* v) noexcept {
-  VarKeeper* keeper = v->keeper;
-  std::lock_guard lock(keeper->lock);
-  std::atomic<bool>& kept = keeper->kept[v->keep_index];
-  if (!kept.load(std::memory_order_relaxed)) return;  // a replay took it over: it ends it
-  kept.store(false, std::memory_order_relaxed);
-  if (v->error != nullptr) keeper->errors.fetch_sub(1, std::memory_order_relaxed);
-  v->ungrant(v->keep_write);
-  v->keeper = nullptr;
+  VarKeeper& keeper = *v->keeper;
+  const std::uint32_t k = v->keep_index;
+  std::lock_guard lock(keeper.lock);
+  std::uint8_t state = keeper.state[k].load(std::memory_order_acquire);
+  for (;;) {
+    if (state == VarKeeper::kKept) {
+      settle(v, keeper, k);  // nothing waits on a kept access: nothing to grant
+      return;
+    }
+    if (state != VarKeeper::kTaken) return;  // free, or wanted already
+    // Its replay releases it at its end; or keeps it first (then taken back here).
+    if (keeper.state[k].compare_exchange_weak(state, VarKeeper::kWanted, std::memory_order_acq_rel)) return;
+  }
 }
 
 void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
@@ -1048,10 +1104,10 @@ void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size
   std::lock_guard lock(keeper.registry->mutex);
   if (keeper.registry->closed) return;
   for (std::size_t k = 0; k < n; ++k) {
-    if (!keeper.kept[k].load(std::memory_order_acquire)) continue;
+    if (keeper.state[k].load(std::memory_order_acquire) != VarKeeper::kKept) continue;  // no replay is left
     VarRecord* v = specs[k].var;
     std::lock_guard var_lock(v->lock);
-    if (v->keeper == &keeper) unkeep(v);
+    unkeep(v);
   }
 }
 

@@ -98,22 +98,41 @@ struct KeeperRegistry {
 /// A captured graph's hold on its variables between replays
 /// (src/graph/replay.cpp). When a replay's last recorded op on a variable
 /// has ended and nothing waits on it, the access the replay was granted is
-/// kept instead of released, its writes and outcome left on the variable
-/// as a release leaves them (EngineCore::hold_ended). The next replay takes
-/// it over without touching the variable (`kept` true -> false under
-/// `lock`); a push takes it back first (EngineCore::unkeep, under the
-/// variable's lock, then `lock`): every order is as if it had been released.
+/// kept instead of released; what a release would leave on the variable
+/// (its completed writes, its last write's outcome) waits in the keeper's
+/// slot. The next replay takes the access over (kKept -> kTaken) and, at
+/// its end, keeps it again (kTaken -> kKept): neither touches the variable.
+/// A push on it takes it back first (EngineCore::unkeep, under the
+/// variable's lock): a kept access ends then, its slot settled on the
+/// variable; one a replay has taken is marked wanted (kTaken -> kWanted) and
+/// that replay releases it at its end. Every order is as if released.
 struct VarKeeper {
+  enum State : std::uint8_t { kFree, kKept, kTaken, kWanted };
+  /// What a release would have left on the variable, while its access is
+  /// not free: owned by whoever holds the access (the keeper, or the replay
+  /// that took it).
+  struct Slot {
+    ErrorRecord* error = nullptr;  ///< its error (a reference): a write's outcome, or what a read found
+    std::atomic<std::uint64_t> writes{0};  ///< completed writes not yet counted in its version
+  };
   VarKeeper(std::size_t vars, std::shared_ptr<KeeperRegistry> r)
-      : kept(std::make_unique<std::atomic<bool>[]>(vars)), registry(std::move(r)) {}
+      : state(std::make_unique<std::atomic<std::uint8_t>[]>(vars)),
+        slots(std::make_unique<Slot[]>(vars)),
+        n(vars),
+        registry(std::move(r)) {}
+  ~VarKeeper() {
+    for (std::size_t k = 0; k < n; ++k) release(slots[k].error);  // an engine gone first
+  }
+  VarKeeper(const VarKeeper&) = delete;
+  VarKeeper& operator=(const VarKeeper&) = delete;
+  /// Held for kKept -> kTaken (a replay) and for a push's kKept -> kFree and
+  /// kTaken -> kWanted; a replay's end (kTaken -> kKept) is one CAS.
   SpinLock lock;
-  /// Per variable of the graph: its access is kept, and no replay holds it.
-  /// Set (release) under the variable's lock by the replay that keeps it;
-  /// cleared under `lock` by the replay that takes it over (acquire) or by
-  /// the push that takes it back.
-  std::unique_ptr<std::atomic<bool>[]> kept;
-  /// Kept variables that carry an error: a replay that takes variables over
-  /// reads their errors only when there are any.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> state;  ///< per variable of the graph
+  std::unique_ptr<Slot[]> slots;
+  std::size_t n;
+  /// Slots with an error: a replay that takes accesses over reads their
+  /// errors only when there are any.
   std::atomic<std::int64_t> errors{0};
   std::shared_ptr<KeeperRegistry> registry;
 };
@@ -271,17 +290,21 @@ class EngineCore final : public PoolHost {
   std::size_t submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs,
                              std::size_t ops);
   static constexpr std::size_t kMaxAccess = 0xFFFF;  ///< an op's variables (OpRecord::n_access)
-  /// A replay's last recorded op on v has ended: its access (a holder's,
-  /// or one taken over from `keeper`, index k) ends as a completion would,
-  /// `outcome` left on a written variable and `writes` completed writes
-  /// counted on it; kept for the graph's next replay if nothing waits on v
-  /// (VarKeeper), else released. Once all of a holder's accesses have
-  /// ended, the holder is completed by end_holder (its layer knows when).
+  /// A replay's last recorded op on v has ended; its access was granted to
+  /// a holder. It ends as a completion would (`outcome` left on a written
+  /// variable, `writes` completed writes counted on it), kept as access k
+  /// of `keeper` if nothing waits on v and no other graph claims it, else
+  /// released. Once all of a holder's accesses have ended, the holder is
+  /// completed by end_holder (its layer knows when).
   void hold_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes, VarKeeper* keeper,
                   std::uint32_t k) noexcept;
+  /// The same for an access the replay took over from `keeper`: kept again
+  /// (one CAS, v untouched) unless a push wants it.
+  void taken_ended(VarRecord* v, bool write, ErrorRecord* outcome, std::uint64_t writes, VarKeeper* keeper,
+                   std::uint32_t k) noexcept;
   void end_holder(OpRecord* holder) noexcept;
-  /// Under v's lock, v->keeper set: a kept access is ended before anything
-  /// else is granted or queued on v (one taken over by a replay is left to it).
+  /// Under v's lock, v->keeper set: a kept access ends before anything
+  /// else is granted or queued on v; one a replay holds is marked wanted.
   static void unkeep(VarRecord* v) noexcept;
   /// The registry a graph's VarKeeper shares with this engine.
   [[nodiscard]] const std::shared_ptr<KeeperRegistry>& keepers() const noexcept { return keepers_; }

@@ -72,9 +72,10 @@ struct VarRecord {
   /// The op of the running write, while write_running (null for one on the
   /// direct path, which has no record): what a stuck shutdown names.
   const OpRecord* writer = nullptr;
-  /// The graph that holds its access between replays, or the replay that
-  /// took that access over (see VarKeeper); null otherwise. A push takes
-  /// it back before anything else (EngineCore::unkeep).
+  /// The keeper of the captured graph that holds an access to it between
+  /// replays (kept, or taken by a replay: VarKeeper), else null; never one
+  /// whose state for it is kFree. A push takes it back before anything
+  /// else (EngineCore::unkeep).
   VarKeeper* keeper = nullptr;
   std::uint32_t keep_index = 0;  ///< its place in the keeper's graph
   bool keep_write = false;       ///< the kept access is a write

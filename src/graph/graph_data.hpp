@@ -33,11 +33,8 @@ struct ReplayArrays {
     /// the graph's edges (a write follows every access before it).
     ErrorRecord* error = nullptr;
     bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
-    /// Its place in the holders' accesses (ReplayState::index), or kTaken:
-    /// the replay took its access over from the graph's keeper.
-    std::uint32_t slot = 0;
+    bool taken = false;    ///< taken over from the graph's keeper (no holder holds it)
   };
-  static constexpr std::uint32_t kTaken = ~std::uint32_t{0};
   /// Decremented through std::atomic_ref; written whole (memcpy) before
   /// the replay's ops can run.
   std::unique_ptr<std::int32_t[]> waits;

@@ -152,6 +152,7 @@ struct ReplayState {
         release(h.error);
         h.error = nullptr;
         h.at_push = false;
+        h.taken = false;
       }
     }
     arg.reset();
@@ -331,14 +332,19 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
 void end_hold(ReplayState* s, std::uint32_t k) noexcept {
   const GraphData& g = *s->graph;
   const GraphData::VarUse& use = g.vars[k];
-  s->core->hold_ended(use.spec.var, use.spec.write, use.spec.write ? s->held[k].error : nullptr, use.writes,
-                      g.keeper.get(), k);
+  ErrorRecord* outcome = use.spec.write ? s->held[k].error : nullptr;
+  if (s->held[k].taken) {
+    s->core->taken_ended(use.spec.var, use.spec.write, outcome, use.writes, g.keeper.get(), k);
+  } else {
+    s->core->hold_ended(use.spec.var, use.spec.write, outcome, use.writes, g.keeper.get(), k);
+  }
 }
 
 /// The accesses the graph's keeper kept, taken over by replay `s` (marked
-/// at_push: granted as the holders' push is) and their errors read; returns
-/// how many. The others are left in s->specs/index for the holders (none
-/// taken: the graph's own list, hold_index null).
+/// at_push: granted as the holders' push is) and their errors read from
+/// the keeper's slots; returns how many. The others are left in
+/// s->specs/index for the holders (none taken: the graph's own list,
+/// hold_index null).
 std::size_t take_kept(ReplayState* s, const GraphData& g) {
   VarKeeper& keeper = *g.keeper;
   const std::size_t nv = g.vars.size();
@@ -346,31 +352,34 @@ std::size_t take_kept(ReplayState* s, const GraphData& g) {
   {
     std::lock_guard lock(keeper.lock);
     for (std::size_t k = 0; k < nv; ++k) {
-      std::atomic<bool>& kept = keeper.kept[k];
-      if (!kept.load(std::memory_order_acquire)) continue;  // acquire: the ops of the replay that kept it
-      kept.store(false, std::memory_order_relaxed);
-      s->held[k].at_push = true;
+      std::atomic<std::uint8_t>& state = keeper.state[k];
+      // acquire: the ops of the replay that kept it come before this one's.
+      if (state.load(std::memory_order_acquire) != VarKeeper::kKept) continue;
+      state.store(VarKeeper::kTaken, std::memory_order_relaxed);
+      ReplayArrays::Held& h = s->held[k];
+      h.at_push = true;
+      h.taken = true;
       ++taken;
     }
   }
   s->hold_index = nullptr;
   if (taken == 0) return 0;
-  // Nobody changes a kept variable's error (a push takes it back first).
   if (keeper.errors.load(std::memory_order_relaxed) > 0) {
     for (std::size_t k = 0; k < nv; ++k) {
-      ErrorRecord* e = s->held[k].at_push ? g.vars[k].spec.var->error : nullptr;
+      ErrorRecord* e = s->held[k].taken ? keeper.slots[k].error : nullptr;
       if (e == nullptr) continue;
-      keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again if kept again
+      keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again when kept again
       if (s->core->live_error(e)) {
         s->errors.store(true, std::memory_order_relaxed);
         s->held[k].error = retain(e);
       }
     }
   }
+  if (taken == nv) return taken;
   s->index.clear();
   s->specs.clear();
   for (std::uint32_t k = 0; k < nv; ++k) {
-    if (s->held[k].at_push) continue;
+    if (s->held[k].taken) continue;
     s->index.push_back(k);
     s->specs.push_back(g.specs[k]);
   }
@@ -381,12 +390,14 @@ std::size_t take_kept(ReplayState* s, const GraphData& g) {
 /// take_kept undone (the holders' push failed): each access taken ends as
 /// it was (no write counted, its error left), kept again or released.
 void give_back(ReplayState* s, const GraphData& g) noexcept {
+  VarKeeper* keeper = g.keeper.get();
   for (std::uint32_t k = 0; k < g.vars.size(); ++k) {
     ReplayArrays::Held& h = s->held[k];
-    if (!h.at_push) continue;
+    if (!h.taken) continue;
     release(std::exchange(h.error, nullptr));
+    h.taken = h.at_push = false;
     const AccessSpec& spec = g.vars[k].spec;
-    s->core->hold_ended(spec.var, spec.write, spec.var->error, 0, g.keeper.get(), k);
+    s->core->taken_ended(spec.var, spec.write, keeper->slots[k].error, 0, keeper, k);
   }
 }
 
