@@ -1098,6 +1098,21 @@ void EngineCore::unkeep(VarRecord* v) noexcept {
   }
 }
 
+void EngineCore::keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
+  for (std::size_t k = 0; k < n; ++k) {
+    VarRecord* v = specs[k].var;
+    std::lock_guard lock(v->lock);
+    if (v->gen != specs[k].gen || !v->free_for(specs[k].write) || claimed(v)) continue;
+    v->grant(specs[k].write, nullptr);
+    keeper.slots[k].error = retain(v->error);  // as released with no write: the error stays
+    if (v->error != nullptr) keeper.errors.fetch_add(1, std::memory_order_relaxed);
+    v->keeper = &keeper;
+    v->keep_index = static_cast<std::uint32_t>(k);
+    v->keep_write = specs[k].write;
+    keeper.state[k].store(VarKeeper::kKept, std::memory_order_release);
+  }
+}
+
 void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
   // Under the registry's lock: the engine's destructor cannot free the
   // variables meanwhile (it closes the registry first).

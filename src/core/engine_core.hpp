@@ -306,6 +306,11 @@ class EngineCore final : public PoolHost {
   /// Under v's lock, v->keeper set: a kept access ends before anything
   /// else is granted or queued on v; one a replay holds is marked wanted.
   static void unkeep(VarRecord* v) noexcept;
+  /// At capture: each variable of specs[0..n) (the graph's, in its order)
+  /// that nothing uses, waits on or holds now is granted and kept for the
+  /// graph's first replay, which then starts as later ones do. Invisible
+  /// to every push (the first on it takes the access back).
+  static void keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept;
   /// The registry a graph's VarKeeper shares with this engine.
   [[nodiscard]] const std::shared_ptr<KeeperRegistry>& keepers() const noexcept { return keepers_; }
   /// A graph's keeper going away: the accesses it keeps on specs[0..n)

@@ -338,6 +338,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   data_->specs.reserve(data_->vars.size());
   for (const GraphData::VarUse& use : data_->vars) data_->specs.push_back(use.spec);
   data_->keeper = std::make_unique<VarKeeper>(data_->vars.size(), EngineExtension::core(*engine_)->keepers());
+  EngineCore::keep_idle(*data_->keeper, data_->specs.data(), data_->specs.size());
   pending_.reset();
   return std::move(data_);
 }
