@@ -17,7 +17,7 @@ namespace {
 [[noreturn]] void usage(const char* prog, const std::string& why) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --workload W --ops N [--runs R] [--spin S] [--workers N] [--reference DIGEST] [--label L] "
-               "[--time-build]\n",
+               "[--time-build | --warm]\n",
                prog, why.c_str(), prog);
   std::exit(2);
 }
@@ -53,6 +53,8 @@ ob::peer::Args parse(int argc, char** argv) {
         a.t0 = std::stod(value());
       } else if (flag == "--time-build") {
         a.time_build = true;
+      } else if (flag == "--warm") {
+        a.warm = true;
       } else {
         usage(argv[0], "unknown option " + std::string(flag));
       }

@@ -5,7 +5,7 @@
 // A peer is one executable per runtime (OpenMP, oneTBB flow graph, StarPU),
 // run by ordo_workloads in a child process:
 //
-//   ordo_peer_X --workload W4 --ops N --runs R --spin S [--workers N] [--reference D] [--label L] [--time-build]
+//   ordo_peer_X --workload W4 --ops N --runs R --spin S [--workers N] [--reference D] [--label L] [--time-build | --warm]
 //               [--progress i/n --t0 SECONDS [--of k/n]]
 //
 // It prints one serialize()d Measurement (measurement.hpp) on stdout. Each
@@ -30,6 +30,7 @@ struct Args {
   std::optional<std::uint64_t> reference;
   std::string label;
   bool time_build = false;  ///< tbb-flow+build: graph construction inside the timed region
+  bool warm = false;        ///< tbb-flow-warm: the graph executed once untimed (the slots reset), then timed
   std::string progress;     ///< "figure/figures" of ordo_workloads' status line, if it shows one
   double t0 = -1;           ///< ordo_workloads' start, seconds of the steady clock
   std::string of;           ///< "k/n": this process does run k of n (interleaved runs), for the status line

@@ -37,6 +37,9 @@ struct EngineSpec {
   /// ordo: the trace's pushes captured once into an ordo::Graph (untimed),
   /// then replayed (timed: the replay and its wait)
   bool graph = false;
+  /// ordo, graph: replayed once untimed first (the variables reset after):
+  /// the timed replay is a loop's second, as tbb-flow-warm's execution
+  bool warm = false;
 };
 
 /// Every engine the driver knows, in report order (serial, ordo, peers).
