@@ -304,8 +304,8 @@ class EngineCore final : public PoolHost {
                    std::uint32_t k) noexcept;
   void end_holder(OpRecord* holder) noexcept;
   /// Under v's lock, v->keeper set: a kept access ends before anything
-  /// else is granted or queued on v; one a replay holds is marked wanted.
-  static void unkeep(VarRecord* v) noexcept;
+  /// queues on v; one a replay holds is marked wanted.
+  [[gnu::cold, gnu::noinline]] static void unkeep(VarRecord* v) noexcept;
   /// At capture: each variable of specs[0..n) (the graph's, in its order)
   /// that nothing uses, waits on or holds now is granted and kept for the
   /// graph's first replay, which then starts as later ones do. Invisible
@@ -420,7 +420,7 @@ class EngineCore final : public PoolHost {
   static void unlock_vars(const AccessSpec* specs, std::size_t n) noexcept;
   /// Under its lock: the access may be granted now (its variable current,
   /// free for it and carrying no live error).
-  bool grantable(const AccessSpec& spec) noexcept;
+  bool grantable(const AccessSpec& spec) const noexcept;
   /// Under the locks: grants every access (each was grantable); `by` the
   /// op that holds them (null: the direct path); `unlock`: releases each
   /// lock as it goes.

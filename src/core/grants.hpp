@@ -135,9 +135,9 @@ inline void EngineCore::unlock_vars(const AccessSpec* specs, std::size_t n) noex
   for (std::size_t i = 0; i < n; ++i) specs[i].var->lock.unlock();
 }
 
-inline bool EngineCore::grantable(const AccessSpec& spec) noexcept {
-  VarRecord* v = spec.var;
-  if (v->keeper != nullptr) [[unlikely]] unkeep(v);
+inline bool EngineCore::grantable(const AccessSpec& spec) const noexcept {
+  const VarRecord* v = spec.var;
+  // A graph's kept access makes a write wait here: the usual push takes it back.
   return v->gen == spec.gen && v->free_for(spec.write) && !live(v->error);
 }
 
@@ -162,11 +162,13 @@ inline std::int32_t EngineCore::grant_or_queue(OpRecord* op, const AccessSpec* s
   for (std::size_t i = 0; i < n; ++i) {
     VarRecord* v = specs[i].var;
     AccessNode* a = link_access(op, i, specs[i]);
-    if (v->keeper != nullptr) [[unlikely]] unkeep(v);
     if (is_delete) {
       ++v->gen;  // every handle to v is stale from now on
       v->deleted = true;
     }
+    // A graph's kept access (VarKeeper) is taken back before anything
+    // queues behind it; a read is granted beside a kept read.
+    if (!v->free_for(a->write()) && v->keeper != nullptr) [[unlikely]] unkeep(v);
     if (v->free_for(a->write())) {
       v->grant(a->write(), op);
       on_grant(i, v);
