@@ -981,19 +981,23 @@ void EngineCore::flush_finished() noexcept {
 // A replay's recorded ops
 
 std::size_t EngineCore::submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n,
-                                       const OpAttrs& attrs, std::size_t ops) {
-  // The ops the holders stand for wait for room like pushed ones: a loop of
-  // replays is held back as a loop of pushes is.
-  if (over_bound()) throttle();
+                                       const OpAttrs& attrs, std::size_t ops, HoldStep& step) {
+  // Prepared before any lock is taken: the access lists' allocation may throw.
+  for (std::size_t base = 0, count = 0; base < n; base += kMaxAccess, ++count) {
+    prepare(holders[count], Context::cpu(), std::min(kMaxAccess, n - base), attrs);
+    holders[count]->counted = true;
+  }
   const std::size_t locked = lock_vars<false>(specs, n, [](const AccessSpec& a) { return a.var->gen == a.gen; });
   if (locked != n) return locked;
+  if (!step.under_locks(&step)) {
+    unlock_vars(specs, n);
+    return kDeclined;
+  }
   ReadyList ready;  // stays empty: a grant at push makes nothing ready
   std::size_t count = 0;
   for (std::size_t base = 0; base < n; base += kMaxAccess, ++count) {
     OpRecord* holder = holders[count];
     const std::size_t m = std::min(kMaxAccess, n - base);
-    prepare(holder, Context::cpu(), m, attrs);
-    holder->counted = true;
     const auto* hooks = static_cast<const HolderHooks*>(holder->aux);
     grant_or_queue(holder, specs + base, m, false,
                    [&](std::size_t i, VarRecord* v) { hooks->granted(hooks, i, v, ready, true); });

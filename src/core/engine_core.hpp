@@ -137,6 +137,15 @@ struct VarKeeper {
   std::shared_ptr<KeeperRegistry> registry;
 };
 
+/// A replay's step inside its holders' push (EngineCore::submit_holders),
+/// with every held variable locked and nothing granted yet: it takes the
+/// graph's kept accesses over, or returns false when one of those it
+/// counted on was taken back meanwhile (nothing is pushed; it retries).
+/// Inside the push, so the whole replay is one atomic step to other pushes.
+struct HoldStep {
+  bool (*under_locks)(HoldStep* self);
+};
+
 /// What a holder (OpTraits::kHolder) does when its access i is granted,
 /// under the variable's lock: inside the holders' push (`at_push`), or
 /// later, by a completion, when ops it makes ready go to `ready`.
@@ -285,10 +294,18 @@ class EngineCore final : public PoolHost {
   /// `aux`) with the accesses `specs` (sorted by variable, each once), at
   /// most kMaxAccess each, in order: one atomic step, which also counts
   /// `ops` more in flight (the ops the holders stand for). Each access
-  /// granted, now or later, calls its holder's hook. Returns n, or the
-  /// index of a deleted variable (nothing was pushed or counted).
+  /// granted, now or later, calls its holder's hook; `step` runs first,
+  /// under the locks. Returns n; the index of a deleted variable; or
+  /// kDeclined when the step declined (nothing pushed or counted either way).
   std::size_t submit_holders(OpRecord* const* holders, const AccessSpec* specs, std::size_t n, const OpAttrs& attrs,
-                             std::size_t ops);
+                             std::size_t ops, HoldStep& step);
+  static constexpr std::size_t kDeclined = ~std::size_t{0};
+  /// Before a replay takes or holds anything: waits for room as a push
+  /// does (max_in_flight), so a loop of replays is held back as a loop of
+  /// pushes is. Never while holding an access: the ops in flight may wait on it.
+  void wait_for_room() {
+    if (over_bound()) throttle();
+  }
   static constexpr std::size_t kMaxAccess = 0xFFFF;  ///< an op's variables (OpRecord::n_access)
   /// A replay's last recorded op on v has ended; its access was granted to
   /// a holder. It ends as a completion would (`outcome` left on a written

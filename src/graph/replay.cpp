@@ -340,66 +340,98 @@ void end_hold(ReplayState* s, std::uint32_t k) noexcept {
   }
 }
 
-/// The accesses the graph's keeper kept, taken over by replay `s` (marked
-/// at_push: granted as the holders' push is) and their errors read from
-/// the keeper's slots; returns how many. The others are left in
-/// s->specs/index for the holders (none taken: the graph's own list,
-/// hold_index null).
-std::size_t take_kept(ReplayState* s, const GraphData& g) {
-  VarKeeper& keeper = *g.keeper;
+/// Which of the graph's variables the holders' push holds: all but those
+/// the graph keeps now (read without a lock: TakeKept checks them under the
+/// locks), in s->index/s->specs; all of them (hold_index null) when none is
+/// kept or `take` is false. Returns how many it leaves to be taken over.
+std::size_t plan_holds(ReplayState* s, const GraphData& g, bool take) {
+  const VarKeeper& keeper = *g.keeper;
   const std::size_t nv = g.vars.size();
-  std::size_t taken = 0;
-  {
-    std::lock_guard lock(keeper.lock);
-    for (std::size_t k = 0; k < nv; ++k) {
-      std::atomic<std::uint8_t>& state = keeper.state[k];
-      // acquire: the ops of the replay that kept it come before this one's.
-      if (state.load(std::memory_order_acquire) != VarKeeper::kKept) continue;
-      state.store(VarKeeper::kTaken, std::memory_order_relaxed);
-      ReplayArrays::Held& h = s->held[k];
-      h.at_push = true;
-      h.taken = true;
-      ++taken;
-    }
-  }
   s->hold_index = nullptr;
-  if (taken == 0) return 0;
-  if (keeper.errors.load(std::memory_order_relaxed) > 0) {
-    for (std::size_t k = 0; k < nv; ++k) {
-      ErrorRecord* e = s->held[k].taken ? keeper.slots[k].error : nullptr;
-      if (e == nullptr) continue;
-      keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again when kept again
-      if (s->core->live_error(e)) {
-        s->errors.store(true, std::memory_order_relaxed);
-        s->held[k].error = retain(e);
-      }
-    }
-  }
-  if (taken == nv) return taken;
   s->index.clear();
   s->specs.clear();
+  if (!take) return 0;
+  std::size_t kept = 0;
   for (std::uint32_t k = 0; k < nv; ++k) {
-    if (s->held[k].taken) continue;
-    s->index.push_back(k);
-    s->specs.push_back(g.specs[k]);
+    if (keeper.state[k].load(std::memory_order_relaxed) == VarKeeper::kKept) {
+      ++kept;
+    } else {
+      s->index.push_back(k);
+      s->specs.push_back(g.specs[k]);
+    }
   }
-  s->hold_index = s->index.data();
-  return taken;
+  if (kept > 0) s->hold_index = s->index.data();
+  return kept;
 }
 
-/// take_kept undone (the holders' push failed): each access taken ends as
-/// it was (no write counted, its error left), kept again or released.
-void give_back(ReplayState* s, const GraphData& g) noexcept {
-  VarKeeper* keeper = g.keeper.get();
-  for (std::uint32_t k = 0; k < g.vars.size(); ++k) {
-    ReplayArrays::Held& h = s->held[k];
-    if (!h.taken) continue;
-    release(std::exchange(h.error, nullptr));
-    h.taken = h.at_push = false;
-    const AccessSpec& spec = g.vars[k].spec;
-    s->core->taken_ended(spec.var, spec.write, keeper->slots[k].error, 0, keeper, k);
+/// The replay's step inside its holders' push (every held variable locked,
+/// nothing granted yet): the accesses plan_holds left out are taken over
+/// from the keeper, all of them or none (one taken back since the plan:
+/// declined, and the replay plans again). Taken inside the push, the whole
+/// replay is one atomic step: a push on a taken variable comes after it (and
+/// waits: kWanted), one on a held variable before or after it, never between.
+/// Each access taken is granted at push (at_push); its error (the keeper's
+/// slot) is read before any op can run.
+struct TakeKept : HoldStep {
+  ReplayState* s;
+  const GraphData* g;
+  std::size_t planned;
+
+  TakeKept(ReplayState* st, const GraphData* graph, std::size_t n) noexcept
+      : HoldStep{&run}, s(st), g(graph), planned(n) {}
+
+  static bool run(HoldStep* self) noexcept { return static_cast<TakeKept*>(self)->take(); }
+
+  bool take() noexcept {
+    if (planned == 0) return true;
+    VarKeeper& keeper = *g->keeper;
+    const std::size_t nv = g->vars.size();
+    const std::uint32_t* held = s->hold_index;
+    const std::uint32_t* held_end = held + (nv - planned);
+    {
+      std::lock_guard lock(keeper.lock);
+      for (std::uint32_t k = 0; k < nv; ++k) {
+        if (held != held_end && *held == k) {
+          ++held;
+          continue;
+        }
+        std::atomic<std::uint8_t>& state = keeper.state[k];
+        // acquire: the ops of the replay that kept it come before this one's.
+        if (state.load(std::memory_order_acquire) != VarKeeper::kKept) {
+          undo(k);
+          return false;
+        }
+        state.store(VarKeeper::kTaken, std::memory_order_relaxed);
+        s->held[k].at_push = s->held[k].taken = true;
+      }
+    }
+    s->granted_at_push = planned;
+    // Nobody changes a taken access's slot but its replay.
+    if (keeper.errors.load(std::memory_order_relaxed) > 0) {
+      for (std::size_t k = 0; k < nv; ++k) {
+        ErrorRecord* e = s->held[k].taken ? keeper.slots[k].error : nullptr;
+        if (e == nullptr) continue;
+        keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again when kept again
+        if (s->core->live_error(e)) {
+          s->errors.store(true, std::memory_order_relaxed);
+          s->held[k].error = retain(e);
+        }
+      }
+    }
+    return true;
   }
-}
+
+ private:
+  /// Under the keeper's lock: what this step took before variable `stop`, kept again.
+  void undo(std::uint32_t stop) noexcept {
+    for (std::uint32_t k = 0; k < stop; ++k) {
+      ReplayArrays::Held& h = s->held[k];
+      if (!h.taken) continue;
+      g->keeper->state[k].store(VarKeeper::kKept, std::memory_order_relaxed);
+      h.at_push = h.taken = false;
+    }
+  }
+};
 
 constexpr std::uint32_t kNone = ~std::uint32_t{0};
 
@@ -719,24 +751,21 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   for (std::size_t k = 0; k < nv; ++k) {
     s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
   }
-  // The variables the graph kept since its last replay are taken over; the
-  // holders' push holds the rest.
-  s->granted_at_push = take_kept(s, g);
-  const std::size_t nh = nv - s->granted_at_push;
-  const AccessSpec* hold_specs = s->hold_index != nullptr ? s->specs.data() : g.specs.data();
-  // The holders' records, freed again unless every one was pushed.
-  s->holders.resize(holder_count(nh));
-  std::vector<OpRecord*>& records = s->records;
-  records.clear();
-  records.reserve(s->holders.size());
+  // The starters' records (freed again unless the holders' push succeeds).
   std::vector<OpRecord*>& starters = s->starters;
   starters.clear();
   starters.reserve(starter_count(nv));
+  std::vector<OpRecord*>& records = s->records;
+  records.clear();
   auto free_records = [&] {
     for (OpRecord* r : records) op_free(r);
     for (OpRecord* r : starters) op_free(r);
-    give_back(s, g);
+    records.clear();
   };
+  // Room first, as a push waits for it: never while holding an access that
+  // the ops in flight may wait on.
+  core->wait_for_room();
+  std::size_t nh = nv;
   std::size_t bad = nh;
   try {
     for (std::size_t c = 0; c < starter_count(nv); ++c) {
@@ -748,18 +777,33 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       op->wait.store(0, std::memory_order_relaxed);
       op->counted = true;
     }
-    for (std::size_t c = 0; c < s->holders.size(); ++c) {
-      HoldChunk& chunk = s->holders[c];
-      chunk.granted = &hold_granted;
-      chunk.s = s;
-      chunk.base = c * EngineCore::kMaxAccess;
-      chunk.op = op_alloc();
-      records.push_back(chunk.op);
-      chunk.op->kind = OpKind::fn;
-      chunk.op->traits = kHolder;
-      chunk.op->aux = static_cast<HolderHooks*>(&chunk);
+    // The variables the graph keeps are taken over inside the holders' push,
+    // which holds the rest. Declined twice (kept accesses taken back between
+    // the plan and the push), it holds every variable (the push takes those
+    // still kept back, as any push does).
+    for (int attempt = 0;; ++attempt) {
+      const std::size_t planned = plan_holds(s, g, attempt < 2);
+      nh = nv - planned;
+      const AccessSpec* hold_specs = s->hold_index != nullptr ? s->specs.data() : g.specs.data();
+      s->holders.resize(holder_count(nh));
+      for (std::size_t c = 0; c < s->holders.size(); ++c) {
+        HoldChunk& chunk = s->holders[c];
+        chunk.granted = &hold_granted;
+        chunk.s = s;
+        chunk.base = c * EngineCore::kMaxAccess;
+        chunk.op = op_alloc();
+        records.push_back(chunk.op);
+        chunk.op->kind = OpKind::fn;
+        chunk.op->traits = kHolder;
+        chunk.op->aux = static_cast<HolderHooks*>(&chunk);
+      }
+      s->granted_at_push = 0;
+      TakeKept step(s, &g, planned);
+      bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size(), step);
+      if (bad != EngineCore::kDeclined) break;
+      for (OpRecord* r : records) op_free(r);
+      records.clear();
     }
-    bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size());
   } catch (...) {
     free_records();
     throw;

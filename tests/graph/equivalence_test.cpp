@@ -163,6 +163,14 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
     stop.store(true);
     a.join();
     b.join();
+    {
+      // Bounded first: a replay and a push ordered differently on two
+      // variables wait for each other forever (the engine's destructor then
+      // says what waits).
+      auto gate = std::make_shared<Gate>();
+      engine.push_sync([gate] { gate->open(); }, Context::cpu(), {}, vars);
+      EXPECT_TRUE(gate->wait(std::chrono::seconds(60))) << "engine " << cfg.label << ", seed=" << seed;
+    }
     engine.wait_for_all();
     for (auto& o : opers) {
       if (!o.empty()) engine.delete_operator(o);
