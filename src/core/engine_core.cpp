@@ -1107,7 +1107,7 @@ void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size
     if (keeper.state[k].load(std::memory_order_acquire) != VarKeeper::kKept) continue;  // no replay is left
     VarRecord* v = specs[k].var;
     std::lock_guard var_lock(v->lock);
-    unkeep(v);
+    if (v->keeper == &keeper) unkeep(v);  // else a push took it back since the load above
   }
 }
 

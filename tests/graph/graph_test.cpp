@@ -651,6 +651,32 @@ TEST(GraphReplay, AwaitedOnEveryEngineWithAsyncOpsAndFromInsideAnOp) {
   }
 }
 
+TEST(GraphReplay, GraphDestroyedWhileAPushTakesItsKeptAccessBack) {
+  // A graph's last replay ends on a worker, keeps its variables' accesses
+  // and drops the graph (its last copy is gone), while this thread pushes
+  // on the variables, which takes the accesses back: the graph's end must
+  // find them gone, not end them again (before 2026-11-29 it read a
+  // variable's keeper after the push had cleared it: a crash).
+  Engine engine(threaded());
+  Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
+  std::atomic<int> ran{0};
+  auto step = [&] {
+    engine.push_sync([&] { ++ran; }, Context::cpu(), {a}, {b});
+    engine.push_sync([&] { ++ran; }, Context::cpu(), {b}, {c});
+    engine.push_sync([&] { ++ran; }, Context::cpu(), {a}, {c});
+  };
+  const int rounds = 4000;
+  for (int round = 0; round < rounds; ++round) {
+    {
+      Graph g = engine.capture(step);
+      engine.replay(g);
+    }
+    step();
+  }
+  engine.wait_for_all();
+  EXPECT_EQ(ran.load(), rounds * 6);
+}
+
 TEST(GraphReplay, EmptyOrForeignGraphIsRefused) {
   Engine engine(threaded()), other(threaded());
   expect_error([&] { engine.replay(Graph{}); }, Errc::invalid_argument, "empty ordo::Graph");
