@@ -3,12 +3,9 @@
 // sequence pushed N times and to a serial run, on every engine kind and
 // worker count, while two other threads push conflicting ops on the same
 // variables in between.
-#include <atomic>
-#include <set>
-#include <thread>
-
 #include "core/differential_trace.hpp"
 #include "core/test_util.hpp"
+#include "graph/foreign_pushers.hpp"
 #include "ordo/graph.hpp"
 
 namespace ordo::test {
@@ -35,15 +32,13 @@ std::vector<std::uint64_t> run_serial(const Trace& t, int reps) {
   return vals;
 }
 
-/// Every value each variable takes in the serial run (the values a
-/// conflicting op pushed between two of the trace's ops may see).
-std::vector<std::set<std::uint64_t>> serial_history(const Trace& t, int reps) {
+SerialHistory serial_history(const Trace& t, int reps) {
   std::vector<std::uint64_t> vals(kVars, 0);
-  std::vector<std::set<std::uint64_t>> seen(kVars, std::set<std::uint64_t>{0});
+  SerialHistory seen(kVars);
   for (int rep = 0; rep < reps; ++rep) {
     for (std::size_t i = 0; i < t.ops.size(); ++i) {
       apply_op(t.ops[i], op_index(t, i, rep), vals);
-      for (int w : t.ops[i].writes) seen[static_cast<std::size_t>(w)].insert(vals[static_cast<std::size_t>(w)]);
+      seen.observe(t.ops[i].writes, vals);
     }
   }
   return seen;
@@ -62,8 +57,7 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
   Outcome out;
   out.vals.assign(kVars, 0);
   std::vector<std::uint64_t>& vals = out.vals;
-  const auto history = serial_history(t, reps);
-  std::atomic<int> bad{0};
+  const SerialHistory history = serial_history(t, reps);
   ThreadExecutor completer;  // completes async ops; outlives the engine
   {
     Options options = cfg.options;
@@ -128,31 +122,8 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
       g = engine.capture([&] { push_trace(-1); });
       EXPECT_EQ(g.size(), t.ops.size());
     }
-    // Two threads push conflicting ops on the shared variables meanwhile:
-    // each holds one variable's write, checks that the value there is one
-    // the serial run had (ordered between two of the trace's ops, never
-    // inside one), and hides it while it runs (an op of the trace running
-    // at the same time would fold the hidden value in: the result differs).
-    std::atomic<bool> stop{false};
-    auto foreign = [&](std::uint64_t s) {
-      std::mt19937_64 rng(s);
-      while (!stop.load(std::memory_order_relaxed)) {
-        const auto w = static_cast<std::size_t>(rng() % kVars);
-        const auto r = static_cast<std::size_t>(rng() % kVars);
-        const std::uint64_t key = rng() | 1;
-        engine.push_sync(
-            [&, w, key] {
-              if (history[w].count(vals[w]) == 0) bad.fetch_add(1, std::memory_order_relaxed);
-              vals[w] ^= key;
-              volatile int sink = 0;
-              for (int k = 0; k < 200; ++k) sink = sink + k;
-              vals[w] ^= key;
-            },
-            Context::cpu(), vars[r], vars[w]);
-        std::this_thread::yield();
-      }
-    };
-    std::thread a(foreign, seed ^ 0xA5A5), b(foreign, seed ^ 0x5A5A);
+    // Two threads push conflicting ops on the shared variables meanwhile.
+    ForeignPushers foreign(engine, vars, vals, history, seed);
     for (int rep = 0; rep < reps; ++rep) {
       if (mode == Mode::pushed) {
         push_trace(rep);
@@ -160,15 +131,13 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
         engine.replay(g, rep);
       }
     }
-    stop.store(true);
-    a.join();
-    b.join();
+    foreign.stop();
+    out.foreign_seen_bad = foreign.bad();
     engine.wait_for_all();
     for (auto& o : opers) {
       if (!o.empty()) engine.delete_operator(o);
     }
   }
-  out.foreign_seen_bad = bad.load();
   return out;
 }
 
