@@ -1109,6 +1109,9 @@ void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size
     std::lock_guard var_lock(v->lock);
     if (v->keeper == &keeper) unkeep(v);  // else a push took it back since the load above
   }
+  // A push that took an access back (seen free above) may still hold the
+  // keeper's lock in unkeep: the keeper goes once it has let go.
+  const std::lock_guard last(keeper.lock);
 }
 
 void EngineCore::end_holder(OpRecord* holder) noexcept {
