@@ -250,21 +250,19 @@ void AutoRecorder::end() {
   } else if (learned_ == nullptr) {
     mismatch = "no graph learned yet";
   }
-  try {
-    push_all(set);
-  } catch (...) {
-    clear();
-    throw;
-  }
-  ++pushed;
+  push_recorded(set);
   if (relearn) learn();
   clear();
 }
 
 void AutoRecorder::fail() {
   scope_.reset();
-  BodySet* set = std::exchange(set_, nullptr);
   mismatch = "the iteration threw: the ops recorded before the throw were pushed";
+  push_recorded(std::exchange(set_, nullptr));
+  clear();
+}
+
+void AutoRecorder::push_recorded(BodySet* set) {
   try {
     push_all(set);
   } catch (...) {
@@ -272,7 +270,6 @@ void AutoRecorder::fail() {
     throw;
   }
   ++pushed;
-  clear();
 }
 
 void AutoRecorder::push_all(BodySet* set) {

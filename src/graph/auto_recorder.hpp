@@ -30,6 +30,9 @@ struct BodySet final : ReplayBodies {
   std::vector<OpFn*> ptrs;  ///< store's, in order (ReplayBodies::fns)
   std::size_t used = 0;     ///< slots of recorded ops
   std::size_t touched = 0;  ///< slots that may hold a body
+  /// Set (relaxed) by the recording thread before it hands the set to a
+  /// replay or a push (which publish it); acq_rel decrements: the last
+  /// user sees every body's run before it destroys them.
   std::atomic<std::size_t> users{0};
   BodySet* next = nullptr;  ///< in the pool's free list
   BodyPool* pool = nullptr;
@@ -43,7 +46,7 @@ struct BodySet final : ReplayBodies {
 /// The sets of one AutoCapture. Outlives it while sets are in flight (the
 /// last one back frees it).
 struct BodyPool {
-  std::mutex lock;
+  std::mutex lock;  ///< guards the three fields below
   BodySet* free = nullptr;
   std::size_t out = 0;  ///< sets taken and not back yet
   bool closed = false;  ///< its AutoCapture is gone
@@ -111,6 +114,8 @@ class AutoRecorder {
   /// The ops pushed as the program would have, in order; the set's users
   /// settled whether or not a push throws.
   void push_all(BodySet* set);
+  /// push_all, counted; the iteration's records cleared if it throws.
+  void push_recorded(BodySet* set);
   /// The recorded ops become the learned graph (its bodies stay empty).
   void learn();
   void clear() noexcept;

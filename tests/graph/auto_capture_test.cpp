@@ -9,7 +9,7 @@
 
 #include "core/differential_trace.hpp"
 #include "core/test_util.hpp"
-#include "graph/foreign_pushers.hpp"
+#include "graph/graph_test_util.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/graph.hpp"
 
@@ -27,9 +27,6 @@ constexpr Variant kPlan[] = {Variant::same,      Variant::same,       Variant::s
                              Variant::same,      Variant::same,       Variant::other_body, Variant::same,
                              Variant::same,      Variant::extra_op,   Variant::same, Variant::same};
 constexpr int kReps = static_cast<int>(std::size(kPlan));
-
-/// Ops of the trace pushed as pre-built operators (their body is fixed).
-bool is_operator(const Trace& t, std::size_t i) { return t.ops[i].kind == Kind::sync && i % 7 == 3; }
 
 /// The first op at or after `from` that is not an operator and is sync.
 std::size_t plain_sync_op(const Trace& t, std::size_t from) {
@@ -107,64 +104,23 @@ Outcome run(const Trace& t, const std::vector<Iteration>& its, const SerialHisto
     Options options = cfg.options;
     if (mode == Mode::automatic_profiled) options.profile.enabled = true;
     Engine engine(options);
-    std::vector<Var> vars;
-    for (int i = 0; i < kVars; ++i) vars.push_back(engine.new_variable());
-    auto lists = [&](const OpSpec& op) {
-      std::pair<std::vector<Var>, std::vector<Var>> rw;
-      for (int r : op.reads) rw.first.push_back(vars[static_cast<std::size_t>(r)]);
-      for (int w : op.writes) rw.second.push_back(vars[static_cast<std::size_t>(w)]);
-      return rw;
-    };
-    std::vector<Operator> opers(t.ops.size());
-    for (std::size_t i = 0; i < t.ops.size(); ++i) {
-      if (!is_operator(t, i)) continue;
-      auto [reads, writes] = lists(t.ops[i]);
-      opers[i] = engine.new_operator([&t, i, &vals] { apply_op(t.ops[i], i, vals); }, reads, writes);
-    }
+    TraceOps trace(engine, t, vals, cfg.inline_ok, completer);
     auto push_iteration = [&](const Iteration& it) {
       for (std::size_t i = 0; i < it.ops.size(); ++i) {
         const OpSpec& op = it.ops[i];
         const std::size_t index = it.index[i];
         if (i < t.ops.size() && is_operator(t, i)) {
-          engine.push(opers[i], Context::cpu());
-          continue;
-        }
-        auto [reads, writes] = lists(op);
-        if (i == it.other_body) {
+          trace.push_operator(i);
+        } else if (i == it.other_body) {
+          auto [reads, writes] = trace.lists(op);
           engine.push_sync([&op, index, &vals]() mutable { apply_op(op, index, vals); }, Context::cpu(), reads,
                            writes, {.inline_ok = cfg.inline_ok});
-          continue;
-        }
-        switch (op.kind) {
-          case Kind::sync:
-          case Kind::oper:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index, vals); }, Context::cpu(), reads, writes,
-                             {.inline_ok = cfg.inline_ok});
-            break;
-          case Kind::prioritized:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index, vals); }, Context::cpu(), reads, writes,
-                             {.prop = FnProperty::cpu_prioritized, .priority = op.priority});
-            break;
-          case Kind::async_inline:
-            engine.push_async(
-                [&op, index, &vals](RunContext, OnComplete done) {
-                  apply_op(op, index, vals);
-                  done();
-                },
-                Context::cpu(), reads, writes);
-            break;
-          case Kind::async_thread:
-            engine.push_async(
-                [&op, index, &vals, &completer](RunContext, OnComplete done) {
-                  apply_op(op, index, vals);
-                  completer.post([done] { done(); });
-                },
-                Context::cpu(), reads, writes, {.prop = FnProperty::async});
-            break;
+        } else {
+          trace.push(op, [index] { return index; });
         }
       }
     };
-    ForeignPushers foreign(engine, vars, vals, history, seed);
+    ForeignPushers foreign(engine, trace.vars(), vals, history, seed);
     AutoCapture loop(engine);
     for (const Iteration& it : its) {
       if (mode == Mode::pushed) {
@@ -178,9 +134,6 @@ Outcome run(const Trace& t, const std::vector<Iteration>& its, const SerialHisto
     engine.wait_for_all();
     out.replayed = loop.replayed();
     out.pushed = loop.pushed();
-    for (auto& o : opers) {
-      if (!o.empty()) engine.delete_operator(o);
-    }
   }
   return out;
 }
@@ -218,19 +171,6 @@ TEST(AutoCaptureEquivalence, IterationsMatchPushedAndSerialOnEveryEngine) {
       EXPECT_EQ(profiled.replayed, 0U) << cfg.label;
       EXPECT_EQ(profiled.pushed, static_cast<std::uint64_t>(kReps)) << cfg.label;
     }
-  }
-}
-
-Options threaded(unsigned workers = 2) { return Options{.kind = EngineKind::pooled, .cpu_workers = workers}; }
-
-template <class F>
-void expect_error(F&& fn, Errc code, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no ordo::Error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 

@@ -5,17 +5,13 @@
 // variables in between.
 #include "core/differential_trace.hpp"
 #include "core/test_util.hpp"
-#include "graph/foreign_pushers.hpp"
+#include "graph/graph_test_util.hpp"
 #include "ordo/graph.hpp"
 
 namespace ordo::test {
 namespace {
 
 constexpr int kVars = 48;
-
-/// Ops of the trace that become pre-built operators (pushed, and captured,
-/// as Engine::push(Operator)): some of the sync ones.
-bool is_operator(const Trace& t, std::size_t i) { return t.ops[i].kind == Kind::sync && i % 7 == 3; }
 
 /// The index an op folds into the values in replay `rep`: the op's own for
 /// an operator (its body is fixed), else shifted by the replay, which the
@@ -63,57 +59,15 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
     Options options = cfg.options;
     if (mode == Mode::replayed_profiled) options.profile.enabled = true;
     Engine engine(options);
-    std::vector<Var> vars;
-    for (int i = 0; i < kVars; ++i) vars.push_back(engine.new_variable());
-    auto lists = [&](const OpSpec& op) {
-      std::pair<std::vector<Var>, std::vector<Var>> rw;
-      for (int r : op.reads) rw.first.push_back(vars[static_cast<std::size_t>(r)]);
-      for (int w : op.writes) rw.second.push_back(vars[static_cast<std::size_t>(w)]);
-      return rw;
-    };
-    std::vector<Operator> opers(t.ops.size());
-    for (std::size_t i = 0; i < t.ops.size(); ++i) {
-      if (!is_operator(t, i)) continue;
-      auto [reads, writes] = lists(t.ops[i]);
-      opers[i] = engine.new_operator([&t, i, &vals] { apply_op(t.ops[i], i, vals); }, reads, writes);
-    }
+    TraceOps trace(engine, t, vals, cfg.inline_ok, completer);
     // One pass of the trace. `rep` < 0: inside a capture, the bodies read
     // the replay's number from their replay's argument.
     auto push_trace = [&](int rep) {
       for (std::size_t i = 0; i < t.ops.size(); ++i) {
-        const OpSpec& op = t.ops[i];
         if (is_operator(t, i)) {
-          engine.push(opers[i], Context::cpu());
-          continue;
-        }
-        auto index = [&t, i, rep] { return op_index(t, i, rep >= 0 ? rep : replay_arg<int>()); };
-        auto [reads, writes] = lists(op);
-        switch (op.kind) {
-          case Kind::sync:
-          case Kind::oper:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index(), vals); }, Context::cpu(), reads, writes,
-                             {.inline_ok = cfg.inline_ok});
-            break;
-          case Kind::prioritized:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index(), vals); }, Context::cpu(), reads, writes,
-                             {.prop = FnProperty::cpu_prioritized, .priority = op.priority});
-            break;
-          case Kind::async_inline:
-            engine.push_async(
-                [&op, index, &vals](RunContext, OnComplete done) {
-                  apply_op(op, index(), vals);
-                  done();
-                },
-                Context::cpu(), reads, writes);
-            break;
-          case Kind::async_thread:
-            engine.push_async(
-                [&op, index, &vals, &completer](RunContext, OnComplete done) {
-                  apply_op(op, index(), vals);
-                  completer.post([done] { done(); });
-                },
-                Context::cpu(), reads, writes, {.prop = FnProperty::async});
-            break;
+          trace.push_operator(i);
+        } else {
+          trace.push(t.ops[i], [&t, i, rep] { return op_index(t, i, rep >= 0 ? rep : replay_arg<int>()); });
         }
       }
     };
@@ -123,7 +77,7 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
       EXPECT_EQ(g.size(), t.ops.size());
     }
     // Two threads push conflicting ops on the shared variables meanwhile.
-    ForeignPushers foreign(engine, vars, vals, history, seed);
+    ForeignPushers foreign(engine, trace.vars(), vals, history, seed);
     for (int rep = 0; rep < reps; ++rep) {
       if (mode == Mode::pushed) {
         push_trace(rep);
@@ -134,9 +88,6 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
     foreign.stop();
     out.foreign_seen_bad = foreign.bad();
     engine.wait_for_all();
-    for (auto& o : opers) {
-      if (!o.empty()) engine.delete_operator(o);
-    }
   }
   return out;
 }

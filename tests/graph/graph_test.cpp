@@ -8,25 +8,13 @@
 #include <thread>
 
 #include "core/test_util.hpp"
+#include "graph/graph_test_util.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/graph.hpp"
 
 namespace ordo::test {
 namespace {
 
-Options threaded(unsigned workers = 2) { return Options{.kind = EngineKind::pooled, .cpu_workers = workers}; }
-
-/// Expects `fn` to throw ordo::Error with `code` and a message containing `needle`.
-template <class F>
-void expect_error(F&& fn, Errc code, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no ordo::Error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(GraphCapture, RecordsWithoutRunningAndResolvesEdges) {
   Engine engine(threaded());
