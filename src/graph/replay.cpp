@@ -354,7 +354,13 @@ std::size_t take_kept(ReplayState* s, const GraphData& g) {
   std::size_t taken = 0;
   {
     std::lock_guard lock(keeper.lock);
-    for (std::size_t k = 0; k < nv; ++k) {
+    // All or none: a replay that took some accesses over here and pushed
+    // holders for the others later would take its place at two moments, and
+    // a push made between them (after the replay on a taken variable, before
+    // it on another) would wait for the replay while the replay waits for it.
+    bool all = true;
+    for (std::size_t k = 0; k < nv && all; ++k) all = keeper.state[k].load(std::memory_order_relaxed) == VarKeeper::kKept;
+    for (std::size_t k = 0; k < nv && all; ++k) {
       std::atomic<std::uint8_t>& state = keeper.state[k];
       // acquire: the ops of the replay that kept it come before this one's.
       if (state.load(std::memory_order_acquire) != VarKeeper::kKept) continue;
