@@ -17,19 +17,20 @@
 namespace ordo::detail {
 
 OpFn& BodySet::slot(std::size_t i) {
-  while (store.size() <= i) {
-    ptrs.reserve(store.size() + 1);  // before the deque grows: nothing to undo if it throws
-    store.emplace_back();
-    ptrs.push_back(&store.back());
+  if (i >= ptrs.size()) [[unlikely]] {
+    ptrs.reserve(ptrs.size() + kChunk);  // first: nothing to undo if it throws
+    chunks.push_back(std::make_unique<OpFn[]>(kChunk));
+    for (std::size_t k = 0; k < kChunk; ++k) ptrs.push_back(&chunks.back()[k]);
   }
   touched = std::max(touched, i + 1);
-  store[i].reset();
-  return store[i];
+  OpFn& f = *ptrs[i];
+  f.reset();
+  return f;
 }
 
 void BodySet::release() noexcept {
   if (users.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  for (std::size_t i = 0; i < touched; ++i) store[i].reset();
+  for (std::size_t i = 0; i < touched; ++i) ptrs[i]->reset();
   used = touched = 0;
   pool->put(this);
 }
@@ -92,17 +93,17 @@ struct PushedBody {
   PushedBody& operator=(PushedBody&&) = delete;
   ~PushedBody() {
     if (set == nullptr) return;
-    set->store[k].reset();
+    set->ptrs[k]->reset();
     set->release();
   }
 };
 struct PushedSync : PushedBody {
   using PushedBody::PushedBody;
-  void operator()(const RunContext& rc) { set->store[k].invoke_sync(rc); }
+  void operator()(const RunContext& rc) { set->ptrs[k]->invoke_sync(rc); }
 };
 struct PushedAsync : PushedBody {
   using PushedBody::PushedBody;
-  void operator()(const RunContext& rc, OnComplete done) { set->store[k].invoke_async(rc, done); }
+  void operator()(const RunContext& rc, OnComplete done) { set->ptrs[k]->invoke_async(rc, done); }
 };
 
 bool same_name(const char* a, const char* b) noexcept {
@@ -305,7 +306,7 @@ void AutoRecorder::push_all(BodySet* set) {
     std::size_t left = 0;
     for (std::size_t j = k + 1; j < n; ++j) {
       if (ops_[j].oper != nullptr) continue;
-      set->store[j].reset();
+      set->ptrs[j]->reset();
       ++left;
     }
     if (left > 0) set->users.fetch_sub(left, std::memory_order_acq_rel);

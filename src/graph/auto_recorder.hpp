@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,8 +25,11 @@ struct BodyPool;
 /// one (and the iteration's end while it pushes); the last one destroys the
 /// bodies and gives the set back to its pool, for a later iteration.
 struct BodySet final : ReplayBodies {
-  std::deque<OpFn> store;  ///< a deque: an OpFn never moves
-  std::vector<OpFn*> ptrs;  ///< store's, in order (ReplayBodies::fns)
+  /// Slots in chunks of kChunk (an OpFn never moves), and each slot's
+  /// address in order (ReplayBodies::fns; what recording indexes).
+  static constexpr std::size_t kChunk = 64;
+  std::vector<std::unique_ptr<OpFn[]>> chunks;
+  std::vector<OpFn*> ptrs;
   std::size_t used = 0;     ///< slots of recorded ops
   std::size_t touched = 0;  ///< slots that may hold a body
   /// Set (relaxed) by the recording thread before it hands the set to a
