@@ -64,6 +64,7 @@ class Operator {
 
  private:
   friend class Engine;
+  friend class detail::AutoRecorder;  // pushes an iteration's operator pushes again (ordo::AutoCapture)
   constexpr Operator(detail::OperatorRecord* r, std::uint64_t gen) noexcept : rec_(r), gen_(gen) {}
   detail::OperatorRecord* rec_ = nullptr;
   std::uint64_t gen_ = 0;

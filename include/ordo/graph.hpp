@@ -8,6 +8,13 @@
 //   for (int i = 0; i < n; ++i) engine.replay(step, i);   // ordo::replay_arg<int>() == i in the bodies
 //   co_await ordo::replay(engine, step);                   // resumes when the replay's ops are done
 //
+// Automatic capture: a loop whose iterations push the same ops (same body
+// types, variables and attributes) replays them, with each iteration's
+// bodies, from the second iteration on, and pushes an iteration that differs:
+//
+//   ordo::AutoCapture loop(engine);
+//   for (int i = 0; i < n; ++i) loop.run([&] { engine.push_sync([i, &m] { ... }, cpu, {a}, {b}); });
+//
 // What a replay promises, what cannot be captured and what it costs:
 // docs/graphs.md.
 #pragma once
@@ -15,6 +22,7 @@
 #include <any>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +39,7 @@ namespace ordo {
 namespace detail {
 struct ReplayState;
 struct GraphAccess;
+class AutoRecorder;
 /// Starts a replay of the graph (src/graph/replay.cpp). Returns
 /// the replay's state when `awaited` (the caller then owns one reference,
 /// dropped by replay_drop), null otherwise.
@@ -155,6 +164,61 @@ template <class T>
 ReplayAwaitable replay(Engine& engine, const Graph& graph, T&& arg) {
   return ReplayAwaitable(
       detail::start_replay(engine, detail::GraphAccess::data(graph), std::any(std::forward<T>(arg)), true));
+}
+
+/// Automatic capture (docs/graphs.md, "Automatic capture"): each run(fn)
+/// records the pushes fn makes on the engine (as Engine::capture does:
+/// nothing runs inside fn, and the same calls are refused), then, at the end
+/// of run(), makes them: replayed as the graph learned from an earlier
+/// iteration, with this iteration's bodies, when they match it op for op
+/// (body types, sync or async, contexts, variables and modes, attributes,
+/// operators); else pushed one by one, in order, and learned for the next
+/// iteration. Either way the program behaves exactly as if fn's pushes had
+/// been made at the end of run(). An exception out of fn (a refused call
+/// included) pushes the ops recorded before it, then propagates.
+///
+/// @par Thread safety
+/// One thread at a time calls run(); other threads push on the same
+/// variables as they like. May outlive its engine (it can then only be
+/// destroyed); bodies still in flight are destroyed when their ops are done.
+class AutoCapture {
+ public:
+  explicit AutoCapture(Engine& engine);
+  ~AutoCapture();
+  AutoCapture(const AutoCapture&) = delete;
+  AutoCapture& operator=(const AutoCapture&) = delete;
+
+  /// Records fn's pushes on the engine, then replays or pushes them (above).
+  template <class F>
+  void run(F&& fn);
+
+  /// Iterations replayed as the learned graph.
+  [[nodiscard]] std::uint64_t replayed() const noexcept;
+  /// Iterations pushed op by op (the first, each that differed, ...).
+  [[nodiscard]] std::uint64_t pushed() const noexcept;
+  /// Why the last pushed iteration was not replayed: the op index and what
+  /// differed ("op 3 'decode': another variable list"); empty if none was.
+  [[nodiscard]] const std::string& last_mismatch() const noexcept;
+  /// Ops of the graph learned (0: none).
+  [[nodiscard]] std::size_t learned_size() const noexcept;
+
+ private:
+  void begin();
+  void end();
+  void fail();
+  std::unique_ptr<detail::AutoRecorder> rec_;
+};
+
+template <class F>
+void AutoCapture::run(F&& fn) {
+  begin();
+  try {
+    std::forward<F>(fn)();
+  } catch (...) {
+    fail();
+    throw;
+  }
+  end();
 }
 
 }  // namespace ordo

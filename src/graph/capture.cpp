@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "auto_recorder.hpp"
 #include "core/engine_core.hpp"
 #include "graph_data.hpp"
 #include "ordo/detail/extension.hpp"
@@ -18,49 +19,84 @@ constinit thread_local GraphRecorder* t_recorder = nullptr;
 
 GraphRecorder::GraphRecorder(Engine& engine) : engine_(&engine), data_(std::make_shared<GraphData>()) {
   if (t_recorder != nullptr) {
-    throw Error(Errc::invalid_argument,
-                "Engine::capture inside another capture on the same thread: captures do not nest");
+    throw Error(Errc::invalid_argument, std::string("Engine::capture inside ") + t_recorder->scope() +
+                                            " on the same thread: captures do not nest");
   }
   data_->engine = &engine;
   t_recorder = this;
 }
 
+GraphRecorder::GraphRecorder(Engine& engine, AutoRecorder& sink) : engine_(&engine), sink_(&sink) {
+  if (t_recorder != nullptr) {
+    throw Error(Errc::invalid_argument, std::string("ordo::AutoCapture::run inside ") + t_recorder->scope() +
+                                            " on the same thread: they do not nest");
+  }
+  t_recorder = this;
+}
+
 GraphRecorder::~GraphRecorder() { t_recorder = nullptr; }
 
+const char* GraphRecorder::scope() const noexcept {
+  return sink_ != nullptr ? "ordo::AutoCapture::run" : "Engine::capture";
+}
+
 OpFn& GraphRecorder::begin_fn() {
+  if (sink_ != nullptr) return sink_->begin_fn();
   pending_ = std::make_unique<GraphNode>();
   return pending_->fn;
 }
 
 void GraphRecorder::commit_fn(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs) {
+  if (sink_ != nullptr) {
+    sink_->commit(call, ctx, reads, writes, attrs);
+    return;
+  }
   commit(call, ctx, reads, writes, attrs, nullptr, 0);
 }
 
 void GraphRecorder::commit_group(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                                  GraphGroup* group, std::uint64_t key) {
+  if (sink_ != nullptr) sink_->refuse_group(call, attrs);
   commit(call, ctx, reads, writes, attrs, group, key);
+}
+
+void check_recordable(const char* call, Context ctx, const OpAttrs& attrs, bool group) {
+  auto label = [&] { return std::string(call) + (attrs.name != nullptr ? std::string(" '") + attrs.name + "'" : ""); };
+  if (attrs.prop == FnProperty::delete_var) {
+    throw Error(Errc::invalid_argument, label() + ": FnProperty::delete_var is reserved for delete_variable");
+  }
+  if (ctx.device_id < 0 || (ctx.is_gpu() && !group)) {
+    // A body on a GPU context is recorded only as an ordo::gpu op, which
+    // becomes part of a CUDA graph; a plain body has no stream to capture.
+    throw Error(Errc::invalid_argument, label() + " inside " + t_recorder->scope() +
+                                            ": only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured "
+                                            "(got " +
+                                            (ctx.is_gpu() ? "gpu " : "cpu ") + std::to_string(ctx.device_id) + ")");
+  }
+}
+
+void check_recordable_operator(const OperatorRecord* rec, std::uint64_t gen, Context ctx) {
+  if (rec->gen.load(std::memory_order_acquire) != gen || rec->refs.load(std::memory_order_acquire) == 0) {
+    throw Error(Errc::deleted_operator, std::string("push of a deleted operator (inside ") + t_recorder->scope() + ")");
+  }
+  if (ctx.device_id < 0 || ctx.is_gpu()) {
+    throw Error(Errc::invalid_argument, std::string("push(Operator) inside ") + t_recorder->scope() +
+                                            ": only CPU contexts can be captured (a GPU operator: "
+                                            "ordo::gpu::Runtime::push)");
+  }
+  if (rec->traits != 0) GraphRecorder::refuse_layer_push(rec->traits);
 }
 
 void GraphRecorder::commit(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs,
                            GraphGroup* group, std::uint64_t key) {
   std::unique_ptr<GraphNode> node = std::move(pending_);
   auto label = [&] { return std::string(call) + (attrs.name != nullptr ? std::string(" '") + attrs.name + "'" : ""); };
-  if (attrs.prop == FnProperty::delete_var) {
-    throw Error(Errc::invalid_argument, label() + ": FnProperty::delete_var is reserved for delete_variable");
-  }
-  if (ctx.device_id < 0 || (ctx.is_gpu() && group == nullptr)) {
-    // A body on a GPU context is recorded only as an ordo::gpu op, which
-    // becomes part of a CUDA graph; a plain body has no stream to capture.
-    throw Error(Errc::invalid_argument,
-                label() +
-                    " inside Engine::capture: only CPU contexts and ordo::gpu::Runtime's GPU ops can be captured "
-                    "(got " +
-                    (ctx.is_gpu() ? "gpu " : "cpu ") + std::to_string(ctx.device_id) + ")");
-  }
+  check_recordable(call, ctx, attrs, group != nullptr);
   node->access.resize(reads.size() + writes.size());
   node->access.resize(EngineCore::normalize(reads, writes, node->access.data(), EngineExtension::core(*engine_)));
   if (node->access.size() > EngineCore::kMaxAccess) throw Error(Errc::invalid_argument, label() + ": too many variables");
   node->async = node->fn.is_async();
+  node->body_type = node->fn.type();
   node->ctx = ctx;
   node->attrs = attrs;
   node->group = group;
@@ -73,15 +109,11 @@ void GraphRecorder::commit(const char* call, Context ctx, VarSpan reads, VarSpan
 }
 
 void GraphRecorder::record_operator(OperatorRecord* rec, std::uint64_t gen, Context ctx, const int* priority) {
-  if (rec->gen.load(std::memory_order_acquire) != gen || rec->refs.load(std::memory_order_acquire) == 0) {
-    throw Error(Errc::deleted_operator, "push of a deleted operator (inside Engine::capture)");
+  check_recordable_operator(rec, gen, ctx);
+  if (sink_ != nullptr) {
+    sink_->record_operator(rec, gen, ctx, priority);
+    return;
   }
-  if (ctx.device_id < 0 || ctx.is_gpu()) {
-    throw Error(Errc::invalid_argument,
-                "push(Operator) inside Engine::capture: only CPU contexts can be captured (a GPU operator: "
-                "ordo::gpu::Runtime::push)");
-  }
-  if (rec->traits != 0) refuse_layer_push(rec->traits);
   auto node = std::make_unique<GraphNode>();
   node->kind = GraphNode::Kind::oper;
   node->async = rec->fn.is_async();
@@ -95,10 +127,10 @@ void GraphRecorder::record_operator(OperatorRecord* rec, std::uint64_t gen, Cont
 }
 
 void GraphRecorder::refuse(const char* call) {
-  throw Error(Errc::invalid_argument,
-              std::string(call) +
-                  " inside Engine::capture: it cannot be recorded (a capture records pushes; move the call "
-                  "before or after the capture)");
+  const char* scope = t_recorder != nullptr ? t_recorder->scope() : "Engine::capture";
+  throw Error(Errc::invalid_argument, std::string(call) + " inside " + scope +
+                                          ": it cannot be recorded (a capture records pushes; move the call "
+                                          "before or after it)");
 }
 
 void GraphRecorder::refuse_layer_push(std::uint8_t traits) {
@@ -196,14 +228,15 @@ std::vector<AccessSpec> united(const std::vector<AccessSpec>& a, const std::vect
 }
 }  // namespace
 
-void GraphRecorder::merge_groups() {
+namespace {
+void merge_groups(GraphData* data) {
   // A group stays open for its key until a node outside it that conflicts
   // with it is recorded (that node, or one after it, may depend on the
   // group: merging past it could make a cycle). A member joining an open
   // group moves the group's node to the member's place: every node
   // recorded since the group opened commutes with the members before it,
   // and the ones the new member depends on stay before the node.
-  auto& nodes = data_->nodes;
+  auto& nodes = data->nodes;
   std::vector<std::unique_ptr<GraphNode>> out;
   out.reserve(nodes.size());
   std::unordered_map<std::uint64_t, std::size_t> open;  // key -> the group's node in `out`
@@ -233,17 +266,23 @@ void GraphRecorder::merge_groups() {
   std::erase(out, nullptr);
   nodes = std::move(out);
 }
+}  // namespace
 
 std::shared_ptr<GraphData> GraphRecorder::finish() {
+  pending_.reset();
+  return build_graph(std::move(data_));
+}
+
+std::shared_ptr<GraphData> build_graph(std::shared_ptr<GraphData> data) {
   // The temporaries below, freed at once at the end: a litter of small
   // frees would be swept by the next large allocation (a replay's).
   std::pmr::monotonic_buffer_resource scratch;
-  merge_groups();
+  merge_groups(data.get());
   // Each recorded op depends on the last recorded write of each variable it
   // touches and, if it writes, on the reads recorded since that write: the
   // engine's ordering rule applied once, to the recorded order.
   std::pmr::unordered_map<const VarRecord*, Last> last(&scratch);
-  auto& nodes = data_->nodes;
+  auto& nodes = data->nodes;
   // Per node: the index in vars of each of its accesses; the variables it
   // is among the last ops on; its successors (the recorded ops after it that
   // conflict with it with no recorded op between them on that variable: the
@@ -251,25 +290,25 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   NodeLists var_index(nodes.size(), &scratch);
   NodeLists exits(nodes.size(), &scratch);
   NodeLists succ(nodes.size(), &scratch);
-  data_->waits.assign(nodes.size(), 0);
-  data_->edges_in.assign(nodes.size(), 0);
+  data->waits.assign(nodes.size(), 0);
+  data->edges_in.assign(nodes.size(), 0);
   auto edge = [&](std::int64_t from, std::uint32_t to) {
     std::pmr::vector<std::uint32_t>& out = succ[static_cast<std::size_t>(from)];
     if (!out.empty() && out.back() == to) return;  // already an edge through another variable
     out.push_back(to);
-    ++data_->waits[to];
-    ++data_->edges_in[to];
-    ++data_->edges;
+    ++data->waits[to];
+    ++data->edges_in[to];
+    ++data->edges;
   };
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
     for (const AccessSpec& a : nodes[i]->access) {
       const auto [it, first] = last.try_emplace(a.var);
       Last& l = it->second;
       if (first) {
-        l.index = static_cast<std::uint32_t>(data_->vars.size());
-        data_->vars.push_back({a, i, 0, 0, {}});
+        l.index = static_cast<std::uint32_t>(data->vars.size());
+        data->vars.push_back({a, i, 0, 0, {}});
       }
-      GraphData::VarUse& use = data_->vars[l.index];
+      GraphData::VarUse& use = data->vars[l.index];
       var_index[i].push_back(l.index);
       if (a.write) {
         use.spec.write = true;
@@ -279,7 +318,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
       // follow (nothing yet, or only reads before a read).
       if (l.writer < 0 && (!a.write || l.readers.empty())) {
         use.entry_ops.push_back(i);
-        ++data_->waits[i];
+        ++data->waits[i];
       }
       if (l.writer >= 0) edge(l.writer, i);
       if (a.write) {
@@ -294,7 +333,7 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
   // The last recorded ops on each variable: the reads after its last
   // write, or that write (every other access comes before them).
   for (auto& [var, l] : last) {
-    GraphData::VarUse& use = data_->vars[l.index];
+    GraphData::VarUse& use = data->vars[l.index];
     if (!l.readers.empty()) {
       for (const std::uint32_t r : l.readers) exits[r].push_back(l.index);
       use.exit_ops = static_cast<std::uint32_t>(l.readers.size());
@@ -309,38 +348,37 @@ std::shared_ptr<GraphData> GraphRecorder::finish() {
                                    std::all_of(succ[i].begin(), succ[i].end(),
                                                [&](std::uint32_t j) { return nodes[j]->group != nullptr; });
     }
-    if (data_->waits[i] == 0) {
-      data_->free_ops.push_back(i);
-    } else if (data_->edges_in[i] == 0) {
-      data_->roots.push_back(i);
+    if (data->waits[i] == 0) {
+      data->free_ops.push_back(i);
+    } else if (data->edges_in[i] == 0) {
+      data->roots.push_back(i);
     }
-    if (succ[i].empty()) ++data_->sinks;
-    if (nodes[i]->oper != nullptr) data_->oper_ops.push_back(i);
+    if (succ[i].empty()) ++data->sinks;
+    if (nodes[i]->oper != nullptr) data->oper_ops.push_back(i);
   }
   // The variables in address order, the order a replay locks them in.
-  std::pmr::vector<std::uint32_t> order(data_->vars.size(), &scratch);
+  std::pmr::vector<std::uint32_t> order(data->vars.size(), &scratch);
   for (std::uint32_t k = 0; k < order.size(); ++k) order[k] = k;
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return std::less<>{}(data_->vars[a].spec.var, data_->vars[b].spec.var);
+    return std::less<>{}(data->vars[a].spec.var, data->vars[b].spec.var);
   });
   std::pmr::vector<std::uint32_t> moved_to(order.size(), &scratch);
   std::vector<GraphData::VarUse> sorted;
   sorted.reserve(order.size());
   for (std::uint32_t k = 0; k < order.size(); ++k) {
     moved_to[order[k]] = k;
-    sorted.push_back(std::move(data_->vars[order[k]]));
+    sorted.push_back(std::move(data->vars[order[k]]));
   }
-  data_->vars = std::move(sorted);
-  pack_steps(data_.get(), var_index, exits, succ, moved_to);
+  data->vars = std::move(sorted);
+  pack_steps(data.get(), var_index, exits, succ, moved_to);
   // The first replay's state, made here: a replay then allocates only when
   // replays of the graph overlap.
-  make_spare_replay(*data_);
-  data_->specs.reserve(data_->vars.size());
-  for (const GraphData::VarUse& use : data_->vars) data_->specs.push_back(use.spec);
-  data_->keeper = std::make_unique<VarKeeper>(data_->vars.size(), EngineExtension::core(*engine_)->keepers());
-  EngineCore::keep_idle(*data_->keeper, data_->specs.data(), data_->specs.size());
-  pending_.reset();
-  return std::move(data_);
+  make_spare_replay(*data);
+  data->specs.reserve(data->vars.size());
+  for (const GraphData::VarUse& use : data->vars) data->specs.push_back(use.spec);
+  data->keeper = std::make_unique<VarKeeper>(data->vars.size(), EngineExtension::core(*data->engine)->keepers());
+  EngineCore::keep_idle(*data->keeper, data->specs.data(), data->specs.size());
+  return data;
 }
 
 }  // namespace ordo::detail

@@ -131,4 +131,23 @@ struct GraphData {
 /// Puts the state of a first replay in g.spare (at capture).
 void make_spare_replay(const GraphData& g);
 
+/// A replay's bodies when they are not the graph's own (ordo::AutoCapture:
+/// the iteration's), indexed as the graph's nodes (an operator node runs
+/// its operator's). Released once, when the replay's last op is done.
+struct ReplayBodies {
+  OpFn* const* fns = nullptr;
+  virtual void release() noexcept = 0;
+
+ protected:
+  ~ReplayBodies() = default;
+};
+
+/// Replays `graph` with `bodies`, not awaited, as Engine::replay does
+/// (src/graph/replay.cpp). False where it pushed nothing and left `bodies`
+/// to the caller: the engine replays by pushing the recorded ops one by one
+/// (a profiler or a fence gate on), or the replay could not start (a
+/// variable or operator deleted meanwhile, no memory): the caller then
+/// pushes the ops itself, which fails as it should.
+bool start_replay_bodies(Engine& engine, const std::shared_ptr<const GraphData>& graph, ReplayBodies* bodies);
+
 }  // namespace ordo::detail

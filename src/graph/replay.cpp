@@ -98,6 +98,8 @@ struct ReplayState {
   ErrorRef error;  ///< the first error, guarded by error_mutex
   /// start_replay_notify's callback, called once by the finisher (else empty).
   std::function<void(ErrorRef)> notify;
+  /// The bodies the recorded ops run when not the graph's (start_replay_bodies).
+  ReplayBodies* bodies = nullptr;
 
   // The replay without pushes (push_held): the holders of the graph's
   // variables, what each recorded op still waits for, and each variable as
@@ -155,6 +157,7 @@ struct ReplayState {
         h.taken = false;
       }
     }
+    if (bodies != nullptr) std::exchange(bodies, nullptr)->release();
     arg.reset();
     notify = nullptr;
     error = ErrorRef();
@@ -501,7 +504,8 @@ struct HeldRun {
   [[nodiscard]] const GraphNode& node() const noexcept { return *s->graph->nodes[i]; }
   [[nodiscard]] OpFn& body() const noexcept {
     const GraphNode& n = node();
-    return n.kind == GraphNode::Kind::oper ? n.oper->fn : const_cast<GraphNode&>(n).fn;
+    if (n.kind == GraphNode::Kind::oper) return n.oper->fn;
+    return s->bodies != nullptr ? *s->bodies->fns[i] : const_cast<GraphNode&>(n).fn;
   }
   /// Whether the body is skipped: as a push inherits a variable's live error at its grant.
   bool skipped() {
@@ -862,7 +866,14 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
 
 namespace {
 ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited,
-                         std::function<void(ErrorRef)> notify);
+                         std::function<void(ErrorRef)> notify, ReplayBodies* bodies = nullptr);
+
+/// The replay without pushes runs its ops without variable lists, which
+/// the profiler's edges and a fence gate's holds need: with either, the
+/// recorded ops are pushed one by one.
+bool replays_without_pushes(const EngineCore* core) noexcept {
+  return core->profiler() == nullptr && !core->fence_gate_installed();
+}
 }  // namespace
 
 ReplayState* start_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg,
@@ -875,9 +886,19 @@ void start_replay_notify(Engine& engine, const std::shared_ptr<const GraphData>&
   push_replay(engine, graph, std::move(arg), true, std::move(done));
 }
 
+bool start_replay_bodies(Engine& engine, const std::shared_ptr<const GraphData>& graph, ReplayBodies* bodies) {
+  if (!replays_without_pushes(EngineExtension::core(engine))) return false;
+  try {
+    push_replay(engine, graph, std::any(), false, {}, bodies);
+  } catch (...) {
+    return false;  // a replay without pushes starts whole or pushes nothing; the caller's pushes fail alike
+  }
+  return true;
+}
+
 namespace {
 ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>& graph, std::any arg, bool awaited,
-                         std::function<void(ErrorRef)> notify) {
+                         std::function<void(ErrorRef)> notify, ReplayBodies* bodies) {
   if (graph == nullptr) throw Error(Errc::invalid_argument, "replay of an empty ordo::Graph");
   if (graph->engine != &engine) {
     throw Error(Errc::invalid_argument, "replay of an ordo::Graph captured on another engine");
@@ -892,10 +913,8 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   // one pushes nothing (pushed one by one, barring a delete racing with the
   // replay: then the ops before the failed one run). The replay without
   // pushes checks its variables in its one push.
-  // The replay without pushes runs its ops without variable lists, which
-  // the profiler's edges and a fence gate's holds need: with either, the
-  // recorded ops are pushed one by one.
-  const bool held = core->profiler() == nullptr && !core->fence_gate_installed();
+  // Other bodies (start_replay_bodies, which asked) only without pushes.
+  const bool held = bodies != nullptr || replays_without_pushes(core);
   for (const std::uint32_t i : graph->oper_ops) {
     const GraphNode& node = *graph->nodes[i];
     if (node.oper->gen.load(std::memory_order_acquire) != node.oper_gen) {
@@ -915,6 +934,7 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
   s->arg = std::move(arg);
   s->awaited = awaited;
   s->notify = std::move(notify);
+  s->bodies = bodies;
   s->pending.store(n + 1, std::memory_order_relaxed);
   const bool handed = awaited && !s->notify;  // the caller gets a reference (replay_drop)
   if (handed) s->refs.store(2, std::memory_order_relaxed);

@@ -3,22 +3,15 @@
 // sequence pushed N times and to a serial run, on every engine kind and
 // worker count, while two other threads push conflicting ops on the same
 // variables in between.
-#include <atomic>
-#include <set>
-#include <thread>
-
 #include "core/differential_trace.hpp"
 #include "core/test_util.hpp"
+#include "graph/graph_test_util.hpp"
 #include "ordo/graph.hpp"
 
 namespace ordo::test {
 namespace {
 
 constexpr int kVars = 48;
-
-/// Ops of the trace that become pre-built operators (pushed, and captured,
-/// as Engine::push(Operator)): some of the sync ones.
-bool is_operator(const Trace& t, std::size_t i) { return t.ops[i].kind == Kind::sync && i % 7 == 3; }
 
 /// The index an op folds into the values in replay `rep`: the op's own for
 /// an operator (its body is fixed), else shifted by the replay, which the
@@ -35,15 +28,13 @@ std::vector<std::uint64_t> run_serial(const Trace& t, int reps) {
   return vals;
 }
 
-/// Every value each variable takes in the serial run (the values a
-/// conflicting op pushed between two of the trace's ops may see).
-std::vector<std::set<std::uint64_t>> serial_history(const Trace& t, int reps) {
+SerialHistory serial_history(const Trace& t, int reps) {
   std::vector<std::uint64_t> vals(kVars, 0);
-  std::vector<std::set<std::uint64_t>> seen(kVars, std::set<std::uint64_t>{0});
+  SerialHistory seen(kVars);
   for (int rep = 0; rep < reps; ++rep) {
     for (std::size_t i = 0; i < t.ops.size(); ++i) {
       apply_op(t.ops[i], op_index(t, i, rep), vals);
-      for (int w : t.ops[i].writes) seen[static_cast<std::size_t>(w)].insert(vals[static_cast<std::size_t>(w)]);
+      seen.observe(t.ops[i].writes, vals);
     }
   }
   return seen;
@@ -62,64 +53,21 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
   Outcome out;
   out.vals.assign(kVars, 0);
   std::vector<std::uint64_t>& vals = out.vals;
-  const auto history = serial_history(t, reps);
-  std::atomic<int> bad{0};
+  const SerialHistory history = serial_history(t, reps);
   ThreadExecutor completer;  // completes async ops; outlives the engine
   {
     Options options = cfg.options;
     if (mode == Mode::replayed_profiled) options.profile.enabled = true;
     Engine engine(options);
-    std::vector<Var> vars;
-    for (int i = 0; i < kVars; ++i) vars.push_back(engine.new_variable());
-    auto lists = [&](const OpSpec& op) {
-      std::pair<std::vector<Var>, std::vector<Var>> rw;
-      for (int r : op.reads) rw.first.push_back(vars[static_cast<std::size_t>(r)]);
-      for (int w : op.writes) rw.second.push_back(vars[static_cast<std::size_t>(w)]);
-      return rw;
-    };
-    std::vector<Operator> opers(t.ops.size());
-    for (std::size_t i = 0; i < t.ops.size(); ++i) {
-      if (!is_operator(t, i)) continue;
-      auto [reads, writes] = lists(t.ops[i]);
-      opers[i] = engine.new_operator([&t, i, &vals] { apply_op(t.ops[i], i, vals); }, reads, writes);
-    }
+    TraceOps trace(engine, t, vals, cfg.inline_ok, completer);
     // One pass of the trace. `rep` < 0: inside a capture, the bodies read
     // the replay's number from their replay's argument.
     auto push_trace = [&](int rep) {
       for (std::size_t i = 0; i < t.ops.size(); ++i) {
-        const OpSpec& op = t.ops[i];
         if (is_operator(t, i)) {
-          engine.push(opers[i], Context::cpu());
-          continue;
-        }
-        auto index = [&t, i, rep] { return op_index(t, i, rep >= 0 ? rep : replay_arg<int>()); };
-        auto [reads, writes] = lists(op);
-        switch (op.kind) {
-          case Kind::sync:
-          case Kind::oper:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index(), vals); }, Context::cpu(), reads, writes,
-                             {.inline_ok = cfg.inline_ok});
-            break;
-          case Kind::prioritized:
-            engine.push_sync([&op, index, &vals] { apply_op(op, index(), vals); }, Context::cpu(), reads, writes,
-                             {.prop = FnProperty::cpu_prioritized, .priority = op.priority});
-            break;
-          case Kind::async_inline:
-            engine.push_async(
-                [&op, index, &vals](RunContext, OnComplete done) {
-                  apply_op(op, index(), vals);
-                  done();
-                },
-                Context::cpu(), reads, writes);
-            break;
-          case Kind::async_thread:
-            engine.push_async(
-                [&op, index, &vals, &completer](RunContext, OnComplete done) {
-                  apply_op(op, index(), vals);
-                  completer.post([done] { done(); });
-                },
-                Context::cpu(), reads, writes, {.prop = FnProperty::async});
-            break;
+          trace.push_operator(i);
+        } else {
+          trace.push(t.ops[i], [&t, i, rep] { return op_index(t, i, rep >= 0 ? rep : replay_arg<int>()); });
         }
       }
     };
@@ -128,31 +76,8 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
       g = engine.capture([&] { push_trace(-1); });
       EXPECT_EQ(g.size(), t.ops.size());
     }
-    // Two threads push conflicting ops on the shared variables meanwhile:
-    // each holds one variable's write, checks that the value there is one
-    // the serial run had (ordered between two of the trace's ops, never
-    // inside one), and hides it while it runs (an op of the trace running
-    // at the same time would fold the hidden value in: the result differs).
-    std::atomic<bool> stop{false};
-    auto foreign = [&](std::uint64_t s) {
-      std::mt19937_64 rng(s);
-      while (!stop.load(std::memory_order_relaxed)) {
-        const auto w = static_cast<std::size_t>(rng() % kVars);
-        const auto r = static_cast<std::size_t>(rng() % kVars);
-        const std::uint64_t key = rng() | 1;
-        engine.push_sync(
-            [&, w, key] {
-              if (history[w].count(vals[w]) == 0) bad.fetch_add(1, std::memory_order_relaxed);
-              vals[w] ^= key;
-              volatile int sink = 0;
-              for (int k = 0; k < 200; ++k) sink = sink + k;
-              vals[w] ^= key;
-            },
-            Context::cpu(), vars[r], vars[w]);
-        std::this_thread::yield();
-      }
-    };
-    std::thread a(foreign, seed ^ 0xA5A5), b(foreign, seed ^ 0x5A5A);
+    // Two threads push conflicting ops on the shared variables meanwhile.
+    ForeignPushers foreign(engine, trace.vars(), vals, history, seed);
     for (int rep = 0; rep < reps; ++rep) {
       if (mode == Mode::pushed) {
         push_trace(rep);
@@ -160,23 +85,18 @@ Outcome run(const Trace& t, int reps, const EngineConfig& cfg, Mode mode, std::u
         engine.replay(g, rep);
       }
     }
-    stop.store(true);
-    a.join();
-    b.join();
+    foreign.stop();
+    out.foreign_seen_bad = foreign.bad();
     {
       // Bounded first: a replay and a push ordered differently on two
       // variables wait for each other forever (the engine's destructor then
       // says what waits).
       auto gate = std::make_shared<Gate>();
-      engine.push_sync([gate] { gate->open(); }, Context::cpu(), {}, vars);
+      engine.push_sync([gate] { gate->open(); }, Context::cpu(), {}, trace.vars());
       EXPECT_TRUE(gate->wait(std::chrono::seconds(60))) << "engine " << cfg.label << ", seed=" << seed;
     }
     engine.wait_for_all();
-    for (auto& o : opers) {
-      if (!o.empty()) engine.delete_operator(o);
-    }
   }
-  out.foreign_seen_bad = bad.load();
   return out;
 }
 

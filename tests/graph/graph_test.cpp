@@ -8,25 +8,13 @@
 #include <thread>
 
 #include "core/test_util.hpp"
+#include "graph/graph_test_util.hpp"
 #include "ordo/coro.hpp"
 #include "ordo/graph.hpp"
 
 namespace ordo::test {
 namespace {
 
-Options threaded(unsigned workers = 2) { return Options{.kind = EngineKind::pooled, .cpu_workers = workers}; }
-
-/// Expects `fn` to throw ordo::Error with `code` and a message containing `needle`.
-template <class F>
-void expect_error(F&& fn, Errc code, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no ordo::Error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(GraphCapture, RecordsWithoutRunningAndResolvesEdges) {
   Engine engine(threaded());
@@ -587,6 +575,45 @@ TEST(GraphReplay, KeptAccessesInARandomMixMatchASerialRun) {
       EXPECT_EQ(vals, expected) << "engine " << cfg.label << ", seed=" << seed;
     }
   }
+}
+
+TEST(GraphReplay, AReplayTakesItsKeptAccessesOverAllOrNone) {
+  // A replay that took some kept accesses over and pushed holders for the
+  // others afterwards would take its place at two moments: a push made
+  // between them, after it on a taken variable and before it on another,
+  // waits for it while it waits for that push (before 2026-11-29 a
+  // deadlock, seen under ASan in AutoCaptureEquivalence). The other thread
+  // takes `a` back (so a replay finds only `b` kept) and pushes on both.
+  Engine engine(threaded());
+  Var a = engine.new_variable(), b = engine.new_variable();
+  std::atomic<int> ran{0};
+  Graph g = engine.capture([&] { engine.push_sync([&] { ++ran; }, Context::cpu(), {}, {a, b}); });
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      if (i % 2 == 0) {
+        engine.push_sync([] {}, Context::cpu(), {}, {a});
+      } else {
+        engine.push_sync([] {}, Context::cpu(), {b}, {a});
+      }
+    }
+  });
+  bool stuck = false;
+  for (int round = 0; round < 20000 / kScale && !stuck; ++round) {
+    engine.replay(g);
+    // The next replay once this one's op has run: it finds what this one
+    // kept. Bounded: stuck, they wait for each other (and the engine's
+    // destructor waits for them too: the test then times out).
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (ran.load() <= round && !stuck) {
+      stuck = std::chrono::steady_clock::now() > limit;
+      std::this_thread::yield();
+    }
+  }
+  stop.store(true);
+  other.join();
+  ASSERT_FALSE(stuck) << "a replay and a push wait for each other";
+  engine.wait_for_all();
 }
 
 TEST(GraphReplay, ConcurrentReplaysOfOneGraphKeepEachThreadsOrder) {

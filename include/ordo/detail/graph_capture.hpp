@@ -20,6 +20,7 @@ class Engine;
 namespace ordo::detail {
 
 struct OperatorRecord;
+class AutoRecorder;
 
 /// A layer's recorded op that merges with the ones of the same key recorded
 /// after it into one node (ordo::gpu: consecutive GPU ops of one device and
@@ -61,22 +62,33 @@ struct GraphNode {
   /// the key of the nodes it may merge with. Null for every other node.
   GraphGroup* group = nullptr;
   std::uint64_t group_key = 0;
+  /// Kind fn: the body's type (OpFn::type()). A graph ordo::AutoCapture
+  /// learned has no bodies of its own (each replay runs the iteration's):
+  /// this is what the next iteration's bodies are compared with.
+  const void* body_type = nullptr;
 };
 
 struct GraphData;
 
-/// The capture in progress on this thread (Engine::capture): the push calls
-/// of its engine record through it instead of pushing. Lives on the stack of
-/// Engine::capture; installs itself in t_recorder for its lifetime.
+/// The capture in progress on this thread (Engine::capture, or an iteration
+/// of ordo::AutoCapture::run): the push calls of its engine record through it
+/// instead of pushing. Installs itself in t_recorder for its lifetime.
 class GraphRecorder {
  public:
   /// Throws ordo::Error if the thread is capturing already.
   explicit GraphRecorder(Engine& engine);
+  /// An iteration of ordo::AutoCapture::run: the pushes go to `sink`, which
+  /// compares them with the graph it learned and keeps them for the end of
+  /// the iteration (no graph is built).
+  GraphRecorder(Engine& engine, AutoRecorder& sink);
   ~GraphRecorder();
   GraphRecorder(const GraphRecorder&) = delete;
   GraphRecorder& operator=(const GraphRecorder&) = delete;
 
   [[nodiscard]] Engine* engine() const noexcept { return engine_; }
+  /// The scope the refused calls are named in: "Engine::capture" or
+  /// "ordo::AutoCapture::run".
+  [[nodiscard]] const char* scope() const noexcept;
   /// A new node whose body the caller emplaces, then commit_fn() (a node
   /// left uncommitted because the emplace threw is dropped by the next call).
   OpFn& begin_fn();
@@ -89,7 +101,8 @@ class GraphRecorder {
                     GraphGroup* group, std::uint64_t key);
   /// Records a push of a pre-built operator (Engine::push(Operator)).
   void record_operator(OperatorRecord* rec, std::uint64_t gen, Context ctx, const int* priority);
-  /// Throws ordo::Error{Errc::invalid_argument}: `call` cannot be recorded.
+  /// Throws ordo::Error{Errc::invalid_argument}: `call` cannot be recorded
+  /// (in the scope of this thread's recorder).
   [[noreturn]] static void refuse(const char* call);
   /// refuse() for a layer's push (detail::EngineExtension), named by its
   /// OpTraits: a coroutine's, ordo::io's or ordo::gpu's.
@@ -99,14 +112,23 @@ class GraphRecorder {
 
  private:
   Engine* engine_;
+  AutoRecorder* sink_ = nullptr;
   std::shared_ptr<GraphData> data_;
   std::unique_ptr<GraphNode> pending_;
 
   void commit(const char* call, Context ctx, VarSpan reads, VarSpan writes, const OpAttrs& attrs, GraphGroup* group,
               std::uint64_t key);
-  /// finish()'s first step: the groups merged (the rule: docs/graphs.md).
-  void merge_groups();
 };
+
+/// GraphRecorder::finish's work on recorded nodes (also how ordo::AutoCapture
+/// learns an iteration): the groups merged, the edges resolved, the state of
+/// a first replay made. `data` has its engine and nodes set.
+std::shared_ptr<GraphData> build_graph(std::shared_ptr<GraphData> data);
+/// The checks of a recorded push (capture's and AutoCapture's alike):
+/// throws, naming `call` and the op, for what cannot be recorded.
+void check_recordable(const char* call, Context ctx, const OpAttrs& attrs, bool group);
+/// The same for a push of a pre-built operator.
+void check_recordable_operator(const OperatorRecord* rec, std::uint64_t gen, Context ctx);
 
 /// The recorder of the capture running on this thread, or null (nearly
 /// always). constinit: read without a TLS wrapper call.

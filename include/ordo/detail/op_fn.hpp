@@ -59,6 +59,10 @@ class OpFn {
 
   [[nodiscard]] bool empty() const noexcept { return vt_ == nullptr; }
   [[nodiscard]] bool is_async() const noexcept { return vt_->async != nullptr; }
+  /// The held callable's type, as an address: equal for two bodies of one
+  /// type (ordo::AutoCapture compares an iteration's bodies with the ones it
+  /// learned by it); null when empty.
+  [[nodiscard]] const void* type() const noexcept { return vt_; }
   void invoke_sync(const RunContext& rc) { vt_->sync(buf_, rc); }
   void invoke_async(const RunContext& rc, OnComplete done) { vt_->async(buf_, rc, done); }
   void reset() noexcept {
