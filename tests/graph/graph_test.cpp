@@ -577,13 +577,12 @@ TEST(GraphReplay, KeptAccessesInARandomMixMatchASerialRun) {
   }
 }
 
-TEST(GraphReplay, AReplayTakesItsKeptAccessesOverAllOrNone) {
+TEST(GraphReplay, AReplayTakesKeptAccessesInTheStepOfItsHolders) {
   // A replay that took some kept accesses over and pushed holders for the
-  // others afterwards would take its place at two moments: a push made
+  // others in a later step would take its place at two moments: a push made
   // between them, after it on a taken variable and before it on another,
-  // waits for it while it waits for that push (before 2026-11-29 a
-  // deadlock, seen under ASan in AutoCaptureEquivalence). The other thread
-  // takes `a` back (so a replay finds only `b` kept) and pushes on both.
+  // would wait for it while it waits for that push. The other thread takes
+  // `a` back (so a replay finds only `b` kept) and pushes on both.
   Engine engine(threaded());
   Var a = engine.new_variable(), b = engine.new_variable();
   std::atomic<int> ran{0};
@@ -682,8 +681,8 @@ TEST(GraphReplay, GraphDestroyedWhileAPushTakesItsKeptAccessBack) {
   // A graph's last replay ends on a worker, keeps its variables' accesses
   // and drops the graph (its last copy is gone), while this thread pushes
   // on the variables, which takes the accesses back: the graph's end must
-  // find them gone, not end them again (before 2026-11-29 it read a
-  // variable's keeper after the push had cleared it: a crash).
+  // find them gone, not end them again (not read a keeper the push has
+  // cleared).
   Engine engine(threaded());
   Var a = engine.new_variable(), b = engine.new_variable(), c = engine.new_variable();
   std::atomic<int> ran{0};
