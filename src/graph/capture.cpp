@@ -2,6 +2,7 @@
 // scope become graph nodes, their dependencies resolved once at the end.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory_resource>
 #include <string>
 #include <unordered_map>
@@ -143,29 +144,50 @@ namespace {
 /// Per node, a list of indexes; in the capture's scratch memory.
 using NodeLists = std::pmr::vector<std::pmr::vector<std::uint32_t>>;
 
-/// GraphData::steps and flat, from the per-node lists finish() built.
+/// GraphData::steps, flat, shapes, and the nodes' bodies and names moved
+/// out to GraphData::fns and names, from the per-node lists finish() built.
 void pack_steps(GraphData* data, const NodeLists& var_index, const NodeLists& exits, const NodeLists& succ,
                 const std::pmr::vector<std::uint32_t>& moved_to) {
   using G = GraphData;
   const auto& nodes = data->nodes;
   std::size_t total = 0;
   for (std::size_t i = 0; i < nodes.size(); ++i) total += var_index[i].size() + exits[i].size() + succ[i].size();
-  if (total > G::kIndex || data->vars.size() > G::kIndex || nodes.size() > G::kNodeIndex) {
+  if (total > G::kIndex || data->vars.size() > G::kIndex) {
     throw Error(Errc::invalid_argument, "Engine::capture: the graph is too large (" + std::to_string(total) +
                                             " accesses and edges; at most " + std::to_string(G::kIndex) + ")");
   }
+  if (nodes.size() > G::kNodeIndex) {
+    throw Error(Errc::invalid_argument, "Engine::capture: the graph is too large (" + std::to_string(nodes.size()) +
+                                            " ops; at most " + std::to_string(G::kNodeIndex) + ")");
+  }
   data->steps.resize(nodes.size());
   data->flat.reserve(total);
+  data->fns.reserve(nodes.size());
+  data->names.reserve(nodes.size());
+  std::unordered_map<std::uint64_t, std::uint16_t> shape_of;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const GraphNode& n = *nodes[i];
+    GraphNode& n = *nodes[i];
     G::Step& st = data->steps[i];
+    const std::uint64_t key = static_cast<std::uint64_t>(n.attrs.prop) << 40 |
+                              static_cast<std::uint64_t>(n.ctx.type) << 32 | static_cast<std::uint32_t>(n.ctx.device_id);
+    const auto [shape, added] = shape_of.try_emplace(key, static_cast<std::uint16_t>(data->shapes.size()));
+    if (added) {
+      if (data->shapes.size() > std::numeric_limits<std::uint16_t>::max()) {
+        throw Error(Errc::invalid_argument, "Engine::capture: the graph's ops use more than 65536 "
+                                            "(property, context) pairs");
+      }
+      data->shapes.push_back({n.attrs.prop, n.ctx});
+    }
+    st.shape = shape->second;
+    data->fns.emplace_back(std::move(n.fn));
+    data->names.push_back(n.attrs.name);
     st.at = static_cast<std::uint32_t>(data->flat.size());
     st.vars = static_cast<std::uint16_t>(var_index[i].size());  // at most EngineCore::kMaxAccess (commit_fn)
     st.exits = static_cast<std::uint16_t>(exits[i].size());
     st.succ = static_cast<std::uint32_t>(succ[i].size());
     st.flags = static_cast<std::uint8_t>((n.attrs.always_run ? G::kAlwaysRun : 0) |
                                          (n.attrs.error_to_awaiter ? G::kErrorToAwaiter : 0) |
-                                         (n.oper != nullptr ? G::kOper : 0));
+                                         (n.oper != nullptr ? G::kOper : 0) | (n.async ? G::kAsync : 0));
     for (std::size_t a = 0; a < var_index[i].size(); ++a) {
       data->flat.push_back(moved_to[var_index[i][a]] | (n.access[a].write ? G::kWrite : 0));
     }

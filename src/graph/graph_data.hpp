@@ -91,7 +91,8 @@ struct GraphData {
     std::uint32_t succ = 0;
     std::uint16_t vars = 0;
     std::uint16_t exits = 0;
-    std::uint8_t flags = 0;  ///< kAlwaysRun, kErrorToAwaiter, kOper
+    std::uint8_t flags = 0;   ///< kAlwaysRun, kErrorToAwaiter, kOper, kAsync
+    std::uint16_t shape = 0;  ///< its property and context: shapes[shape]
   };
   static constexpr std::uint32_t kWrite = 1u << 31;
   static constexpr std::uint32_t kSoleExit = 1u << 31;
@@ -102,8 +103,23 @@ struct GraphData {
   static constexpr std::uint8_t kAlwaysRun = 1;
   static constexpr std::uint8_t kErrorToAwaiter = 2;
   static constexpr std::uint8_t kOper = 4;
+  static constexpr std::uint8_t kAsync = 8;
   std::vector<Step> steps;
   std::vector<std::uint32_t> flat;
+  /// The distinct (property, context) pairs of the nodes (Step::shape).
+  struct Shape {
+    FnProperty prop = FnProperty::normal;
+    Context ctx{};
+  };
+  std::vector<Shape> shapes;
+  /// Per node, its body (empty for an operator node, which runs its
+  /// operator's, and in a graph ordo::AutoCapture learned) and its name,
+  /// taken out of the nodes when the graph is built: a replay reads them
+  /// with the steps, as streams in push order, and never touches a node on
+  /// its way (a node is hundreds of bytes, a miss per op once the graph
+  /// outgrows the caches). mutable: a replay calls the bodies.
+  mutable std::vector<OpFn> fns;
+  std::vector<const char*> names;
   /// Per node: what it waits for in a replay: its edges in, and its entries.
   std::vector<std::uint32_t> waits;
   /// Per node: its edges in only (what it waits for once every variable is

@@ -222,15 +222,18 @@ void make_spare_replay(const GraphData& g) {
 namespace {
 
 /// What the engine runs for one recorded op of a replay that pushes them
-/// (24 bytes: inline in the op record, no allocation). Its destruction
+/// (32 bytes: inline in the op record, no allocation). Its destruction
 /// counts the op done.
 struct NodeRun {
   ReplayState* s;
   const GraphNode* node;
   OpRecord* self;
+  OpFn* fn;  ///< its body: the operator's, or the graph's (GraphData::fns)
 
-  NodeRun(ReplayState* st, const GraphNode* n, OpRecord* op) noexcept : s(st), node(n), self(op) {}
-  NodeRun(NodeRun&& o) noexcept : s(std::exchange(o.s, nullptr)), node(o.node), self(o.self) {}
+  NodeRun(ReplayState* st, std::uint32_t i, OpRecord* op) noexcept
+      : s(st), node(st->graph->nodes[i].get()), self(op),
+        fn(node->kind == GraphNode::Kind::oper ? &node->oper->fn : &st->graph->fns[i]) {}
+  NodeRun(NodeRun&& o) noexcept : s(std::exchange(o.s, nullptr)), node(o.node), self(o.self), fn(o.fn) {}
   NodeRun(const NodeRun&) = delete;
   NodeRun& operator=(const NodeRun&) = delete;
   NodeRun& operator=(NodeRun&&) = delete;
@@ -245,9 +248,7 @@ struct NodeRun {
     if (node->oper != nullptr) node->oper->engine->release_operator(node->oper);
     s->done();
   }
-  [[nodiscard]] OpFn& body() const noexcept {
-    return node->kind == GraphNode::Kind::oper ? node->oper->fn : const_cast<GraphNode*>(node)->fn;
-  }
+  [[nodiscard]] OpFn& body() const noexcept { return *fn; }
 };
 
 /// A sync recorded op, not awaited: run exactly as pushed.
@@ -265,13 +266,12 @@ struct AsyncRun : NodeRun {
   using NodeRun::NodeRun;
   void operator()(const RunContext& rc, OnComplete done) {
     const ArgScope arg(&s->arg);
-    OpFn& fn = body();
-    if (fn.is_async()) {
-      fn.invoke_async(rc, done);
+    if (fn->is_async()) {
+      fn->invoke_async(rc, done);
       return;
     }
     try {
-      fn.invoke_sync(rc);
+      fn->invoke_sync(rc);
     } catch (...) {
       s->fail(ErrorRef::fail(done, std::current_exception()));
       return;
@@ -455,13 +455,13 @@ class Continuer {
   Continuer(const Continuer&) = delete;
   Continuer& operator=(const Continuer&) = delete;
 
-  bool take(const GraphNode& n) {
-    if (n.async) return false;
-    if (left_ == 0 || n.attrs.prop != prop_ || n.ctx != ctx_) {
+  bool take(const GraphData& g, const GraphData::Step& st) {
+    if ((st.flags & GraphData::kAsync) != 0) return false;
+    if (left_ == 0 || st.shape != shape_) {
       EngineCore::continued(std::exchange(used_, 0));
-      prop_ = n.attrs.prop;
-      ctx_ = n.ctx;
-      left_ = core_->continuations_here(OpShape{.traits = kOutcomeToBody, .prop = prop_, .ctx = ctx_});
+      shape_ = st.shape;
+      const GraphData::Shape& sh = g.shapes[shape_];
+      left_ = core_->continuations_here(OpShape{.traits = kOutcomeToBody, .prop = sh.prop, .ctx = sh.ctx});
       if (left_ == 0) return false;
     }
     --left_;
@@ -479,8 +479,7 @@ class Continuer {
   std::uint32_t used_ = 0;
   std::uint32_t ran_ = 0;
   std::uint32_t owed_ = 0;
-  FnProperty prop_ = FnProperty::normal;
-  Context ctx_{};
+  std::uint16_t shape_ = 0;  ///< GraphData::Step::shape of the ops `left_` counts for
 };
 
 /// A recorded op of a replay without pushes. Skipped, as a pushed op
@@ -503,9 +502,9 @@ struct HeldRun {
 
   [[nodiscard]] const GraphNode& node() const noexcept { return *s->graph->nodes[i]; }
   [[nodiscard]] OpFn& body() const noexcept {
-    const GraphNode& n = node();
-    if (n.kind == GraphNode::Kind::oper) return n.oper->fn;
-    return s->bodies != nullptr ? *s->bodies->fns[i] : const_cast<GraphNode&>(n).fn;
+    const GraphData& g = *s->graph;
+    if ((g.steps[i].flags & GraphData::kOper) != 0) return node().oper->fn;
+    return s->bodies != nullptr ? *s->bodies->fns[i] : g.fns[i];
   }
   /// Whether the body is skipped: as a push inherits a variable's live error at its grant.
   bool skipped() {
@@ -580,7 +579,7 @@ struct HeldRun {
     for (const std::uint32_t* end = p + st.succ; p != end; ++p) {
       const std::uint32_t j = *p & GraphData::kNodeIndex;
       if ((*p & alone) == 0 && !count_down_one(replay->waits[j])) continue;
-      if (here != nullptr && next == kNone && here->take(*g.nodes[j])) {
+      if (here != nullptr && next == kNone && here->take(g, g.steps[j])) {
         next = j;
       } else {
         ready.push(make_op(replay, j));
@@ -627,14 +626,15 @@ void run_here(HeldRun& at, std::uint32_t next, int worker, Continuer& here) {
   ErrorRecord* own = nullptr;
   for (; next != kNone; next = at.finish(std::exchange(own, nullptr), &here)) {
     if (at.skipped()) continue;
-    const GraphNode& n = at.node();
-    const RunningOp running{core, n.attrs.name};  // what a wait inside the body names
+    const GraphData& g = *at.s->graph;
+    const char* const name = g.names[next];
+    const RunningOp running{core, name};  // what a wait inside the body names
     ts.running = &running;
     try {
       const ArgScope arg(&at.s->arg);
-      at.body().invoke_sync(RunContext{n.ctx, nullptr, worker});
+      at.body().invoke_sync(RunContext{g.shapes[g.steps[next].shape].ctx, nullptr, worker});
     } catch (...) {
-      own = core->make_error(std::current_exception(), n.attrs.name);
+      own = core->make_error(std::current_exception(), name);
     }
     ts.running = outer;
   }
@@ -720,7 +720,7 @@ struct StartRun {
       Continuer here(s->core);
       for (std::size_t r = first; r < last; ++r) {
         const std::uint32_t i = g.roots[r];
-        if (here.take(*g.nodes[i])) {
+        if (here.take(g, g.steps[i])) {
           HeldRun at(s, nullptr, i);
           run_here(at, i, rc.worker, here);
         } else {
@@ -976,9 +976,9 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
       OpGuard guard(op);
       if (node->oper != nullptr) EngineExtension::retain_operator(engine, node->oper, node->oper_gen);
       if (node->async || awaited) {
-        op->fn.emplace(AsyncRun(s, node, op));
+        op->fn.emplace(AsyncRun(s, static_cast<std::uint32_t>(i), op));
       } else {
-        op->fn.emplace(SyncRun(s, node, op));
+        op->fn.emplace(SyncRun(s, static_cast<std::uint32_t>(i), op));
       }
       made = true;
       op->kind = OpKind::fn;

@@ -43,7 +43,8 @@ struct GraphGroup {
 /// one graph read it from several threads at once.
 struct GraphNode {
   enum class Kind : std::uint8_t { fn, oper };
-  /// The body (kind fn), called once per replay; never moved after capture.
+  /// The body (kind fn) while the capture records; moved to GraphData::fns
+  /// when the graph is built, and never moved again.
   OpFn fn;
   Kind kind = Kind::fn;
   bool async = false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -39,6 +40,16 @@ class OpFn {
   OpFn() noexcept = default;
   OpFn(const OpFn&) = delete;
   OpFn& operator=(const OpFn&) = delete;
+  /// Takes `o`'s callable (which then is empty): a captured graph moves its
+  /// bodies into one array, in push order, so that a replay reads them as a
+  /// stream (docs/graphs.md).
+  OpFn(OpFn&& o) noexcept : vt_(o.vt_) {
+    if (vt_ != nullptr) {
+      vt_->relocate(o.buf_, buf_);
+      o.vt_ = nullptr;
+    }
+  }
+  OpFn& operator=(OpFn&&) = delete;
   ~OpFn() { reset(); }
 
   template <class F>
@@ -47,7 +58,8 @@ class OpFn {
     static_assert(is_sync_fn_v<D> || is_async_fn_v<D>,
                   "an op body must be callable as void(RunContext), void() or "
                   "void(RunContext, OnComplete)");
-    if constexpr (sizeof(D) <= kInlineSize && alignof(D) <= alignof(std::max_align_t)) {
+    if constexpr (sizeof(D) <= kInlineSize && alignof(D) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<D>) {
       ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));
       vt_ = &kInlineVt<D>;
     } else {
@@ -78,6 +90,7 @@ class OpFn {
     void (*sync)(void*, const RunContext&);
     void (*async)(void*, const RunContext&, OnComplete);
     void (*destroy)(void*) noexcept;
+    void (*relocate)(void* from, void* to) noexcept;  ///< moves the callable and ends it at `from`
   };
 
   template <class D>
@@ -86,8 +99,8 @@ class OpFn {
   static D& get_heap(void* p) noexcept { return **std::launder(static_cast<D**>(p)); }
 
   template <class D, D& (*Get)(void*) noexcept>
-  static constexpr VTable make_vt(void (*destroy)(void*) noexcept) {
-    VTable vt{nullptr, nullptr, destroy};
+  static constexpr VTable make_vt(void (*destroy)(void*) noexcept, void (*relocate)(void*, void*) noexcept) {
+    VTable vt{nullptr, nullptr, destroy, relocate};
     if constexpr (is_async_fn_v<D>) {
       vt.async = [](void* p, const RunContext& rc, OnComplete done) { Get(p)(rc, done); };
     } else {
@@ -102,9 +115,17 @@ class OpFn {
   static void destroy_heap(void* p) noexcept { delete &get_heap<D>(p); }
 
   template <class D>
-  static constexpr VTable kInlineVt = make_vt<D, &get_inline<D>>(&destroy_inline<D>);
+  static void relocate_inline(void* from, void* to) noexcept {
+    D& f = get_inline<D>(from);
+    ::new (to) D(std::move(f));
+    f.~D();
+  }
+  static void relocate_heap(void* from, void* to) noexcept { std::memcpy(to, from, sizeof(void*)); }
+
   template <class D>
-  static constexpr VTable kHeapVt = make_vt<D, &get_heap<D>>(&destroy_heap<D>);
+  static constexpr VTable kInlineVt = make_vt<D, &get_inline<D>>(&destroy_inline<D>, &relocate_inline<D>);
+  template <class D>
+  static constexpr VTable kHeapVt = make_vt<D, &get_heap<D>>(&destroy_heap<D>, &relocate_heap);
 
   alignas(std::max_align_t) unsigned char buf_[kInlineSize];
   const VTable* vt_ = nullptr;
