@@ -251,6 +251,21 @@ std::vector<AccessSpec> united(const std::vector<AccessSpec>& a, const std::vect
 }  // namespace
 
 namespace {
+/// The recorded op whose edges in come from exactly the ops `ends` (their
+/// common successor), or -1. Its entries, if any, are granted by pushes
+/// made before the replay, which never wait for it.
+std::int64_t sole_follower(const std::pmr::vector<std::uint32_t>& ends, const NodeLists& succ,
+                           const std::vector<std::uint32_t>& edges_in) {
+  for (const std::uint32_t m : succ[ends.front()]) {
+    if (edges_in[m] != ends.size()) continue;
+    const bool follows_all = std::all_of(ends.begin() + 1, ends.end(), [&](std::uint32_t r) {
+      return std::find(succ[r].begin(), succ[r].end(), m) != succ[r].end();
+    });
+    if (follows_all) return m;
+  }
+  return -1;
+}
+
 void merge_groups(GraphData* data) {
   // A group stays open for its key until a node outside it that conflicts
   // with it is recorded (that node, or one after it, may depend on the
@@ -353,9 +368,19 @@ std::shared_ptr<GraphData> build_graph(std::shared_ptr<GraphData> data) {
     }
   }
   // The last recorded ops on each variable: the reads after its last
-  // write, or that write (every other access comes before them).
+  // write, or that write (every other access comes before them). Several
+  // reads would count down a shared count as they end; where one op
+  // follows exactly those reads (a stencil's next cell), that op ends the
+  // hold alone, when it ends: no count, and no later than its run.
   for (auto& [var, l] : last) {
     GraphData::VarUse& use = data->vars[l.index];
+    if (l.readers.size() > 1) {
+      if (const std::int64_t m = sole_follower(l.readers, succ, data->edges_in); m >= 0) {
+        exits[static_cast<std::size_t>(m)].push_back(l.index);
+        use.exit_ops = 1;
+        continue;
+      }
+    }
     if (!l.readers.empty()) {
       for (const std::uint32_t r : l.readers) exits[r].push_back(l.index);
       use.exit_ops = static_cast<std::uint32_t>(l.readers.size());
@@ -392,6 +417,9 @@ std::shared_ptr<GraphData> build_graph(std::shared_ptr<GraphData> data) {
     sorted.push_back(std::move(data->vars[order[k]]));
   }
   data->vars = std::move(sorted);
+  for (std::uint32_t k = 0; k < data->vars.size(); ++k) {
+    if (data->vars[k].exit_ops > 1) data->counted_exits.push_back(k);
+  }
   pack_steps(data.get(), var_index, exits, succ, moved_to);
   // The first replay's state, made here: a replay then allocates only when
   // replays of the graph overlap.

@@ -131,6 +131,9 @@ struct GraphData {
   std::vector<std::uint32_t> roots;
   /// Nodes without successors.
   std::size_t sinks = 0;
+  /// Variables whose hold several recorded ops end (VarUse::exit_ops > 1):
+  /// the only ones a replay counts down (ReplayArrays::Held::left).
+  std::vector<std::uint32_t> counted_exits;
   /// Nodes that push a pre-built operator.
   std::vector<std::uint32_t> oper_ops;
   /// vars' specs, in the same order: what a replay's holders push.

@@ -118,6 +118,9 @@ struct ReplayState {
   /// edges (GraphData::edges_in), and the starters start the graph's roots.
   std::size_t granted_at_push = 0;
   bool all_at_push = false;
+  /// Every variable taken over from the graph's keeper: then no Held's
+  /// at_push and taken are set (all are), and the replay reads this instead.
+  bool all_taken = false;
   /// push_held's lists of the records it pushes (kept for the next replay).
   std::vector<OpRecord*> records, starters;
   /// The holders' accesses when the replay took some variables over from
@@ -148,7 +151,10 @@ struct ReplayState {
   /// The last reference went: back to the graph's spare states, cleared.
   void recycle() noexcept {
     std::shared_ptr<const GraphData> g = std::move(graph);
-    if (arrays != nullptr) {  // a replay that pushes its ops leaves them as they were
+    // A replay that pushes its ops leaves the arrays as they were, and one
+    // that took every variable without an error sets nothing per variable
+    // (an error is put in `held` only once `errors` is set).
+    if (arrays != nullptr && (!all_taken || errors.load(std::memory_order_relaxed))) {
       for (std::size_t k = 0; k < g->vars.size(); ++k) {
         ReplayArrays::Held& h = arrays->held[k];
         release(h.error);
@@ -167,6 +173,7 @@ struct ReplayState {
     errors.store(false, std::memory_order_relaxed);
     granted_at_push = 0;
     all_at_push = false;
+    all_taken = false;
     holders.clear();  // a replay that pushes its ops has none
     try {
       std::lock_guard lock(g->spare_lock);
@@ -335,8 +342,11 @@ void hold_granted(const HolderHooks* hooks, std::size_t k, VarRecord* v, ReadyLi
 void end_hold(ReplayState* s, std::uint32_t k) noexcept {
   const GraphData& g = *s->graph;
   const GraphData::VarUse& use = g.vars[k];
-  ErrorRecord* outcome = use.spec.write ? s->held[k].error : nullptr;
-  if (s->held[k].taken) {
+  // An error is put in `held` only once `errors` is set, and the ops before
+  // this end are ordered before it.
+  ErrorRecord* outcome =
+      use.spec.write && s->errors.load(std::memory_order_relaxed) ? s->held[k].error : nullptr;
+  if (s->all_taken || s->held[k].taken) {
     s->core->taken_ended(use.spec.var, use.spec.write, outcome, use.writes, g.keeper.get(), k);
   } else {
     s->core->hold_ended(use.spec.var, use.spec.write, outcome, use.writes, g.keeper.get(), k);
@@ -391,6 +401,7 @@ struct TakeKept : HoldStep {
     const std::size_t nv = g->vars.size();
     const std::uint32_t* held = s->hold_index;
     const std::uint32_t* held_end = held + (nv - planned);
+    const bool all = planned == nv;  // nothing set per variable (ReplayState::all_taken)
     {
       std::lock_guard lock(keeper.lock);
       for (std::uint32_t k = 0; k < nv; ++k) {
@@ -405,14 +416,15 @@ struct TakeKept : HoldStep {
           return false;
         }
         state.store(VarKeeper::kTaken, std::memory_order_relaxed);
-        s->held[k].at_push = s->held[k].taken = true;
+        if (!all) s->held[k].at_push = s->held[k].taken = true;
       }
     }
     s->granted_at_push = planned;
+    s->all_taken = all;
     // Nobody changes a taken access's slot but its replay.
     if (keeper.errors.load(std::memory_order_relaxed) > 0) {
       for (std::size_t k = 0; k < nv; ++k) {
-        ErrorRecord* e = s->held[k].taken ? keeper.slots[k].error : nullptr;
+        ErrorRecord* e = all || s->held[k].taken ? keeper.slots[k].error : nullptr;
         if (e == nullptr) continue;
         keeper.errors.fetch_sub(1, std::memory_order_relaxed);  // counted again when kept again
         if (s->core->live_error(e)) {
@@ -427,9 +439,10 @@ struct TakeKept : HoldStep {
  private:
   /// Under the keeper's lock: what this step took before variable `stop`, kept again.
   void undo(std::uint32_t stop) noexcept {
+    const bool all = planned == g->vars.size();
     for (std::uint32_t k = 0; k < stop; ++k) {
       ReplayArrays::Held& h = s->held[k];
-      if (!h.taken) continue;
+      if (!all && !h.taken) continue;
       g->keeper->state[k].store(VarKeeper::kKept, std::memory_order_relaxed);
       h.at_push = h.taken = false;
     }
@@ -751,8 +764,7 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   if (s->arrays == nullptr) s->arrays = ReplayArrays::make(n, nv);
   s->waits = s->arrays->waits.get();
   s->held = s->arrays->held.get();
-  std::memcpy(s->waits, g.waits.data(), n * sizeof(std::int32_t));
-  for (std::size_t k = 0; k < nv; ++k) {
+  for (const std::uint32_t k : g.counted_exits) {
     s->held[k].left.store(static_cast<std::int32_t>(g.vars[k].exit_ops), std::memory_order_relaxed);
   }
   // The starters' records (freed again unless the holders' push succeeds).
@@ -802,6 +814,11 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
         chunk.op->aux = static_cast<HolderHooks*>(&chunk);
       }
       s->granted_at_push = 0;
+      // What each op waits for, before anything can be granted: its edges
+      // only when every variable is taken over (then granted at push),
+      // else its edges and entries (the entries counted down as granted).
+      const bool all_planned = planned == nv;
+      std::memcpy(s->waits, all_planned ? g.edges_in.data() : g.waits.data(), n * sizeof(std::int32_t));
       TakeKept step(s, &g, planned);
       bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size(), step);
       if (bad != EngineCore::kDeclined) break;
@@ -827,7 +844,7 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
     // Nothing can have counted an op down yet (no op is ready, no grant is
     // left to come): their entries are behind them.
     s->all_at_push = true;
-    std::memcpy(s->waits, g.edges_in.data(), n * sizeof(std::int32_t));
+    if (!s->all_taken) std::memcpy(s->waits, g.edges_in.data(), n * sizeof(std::int32_t));
   }
   std::size_t idle = 0;  // starters without roots to start: not dispatched
   for (std::size_t c = 0; c < starters.size(); ++c) {
