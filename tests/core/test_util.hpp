@@ -39,7 +39,7 @@ class Gate {
     cv_.notify_all();
   }
   /// Returns false if not opened within `limit`.
-  bool wait(std::chrono::seconds limit = std::chrono::seconds(60)) {
+  bool wait(std::chrono::milliseconds limit = std::chrono::seconds(60)) {
     std::unique_lock lock(m_);
     return cv_.wait_for(lock, limit, [this] { return open_; });
   }

@@ -711,5 +711,46 @@ TEST(GraphReplay, EmptyOrForeignGraphIsRefused) {
   expect_error([&] { engine.replay(g); }, Errc::invalid_argument, "captured on another engine");
 }
 
+// A variable whose last recorded ops are several reads is released by the
+// op that follows exactly those reads (no count of them): a push after the
+// replay that writes it waits for both reads, and runs before the replay
+// ends (here: before an op of the replay that waits for that push).
+TEST(GraphReplay, AVariableReadLastBySeveralIsReleasedByTheOpThatFollowsThemAll) {
+  for (const EngineKind kind : {EngineKind::pooled, EngineKind::per_device}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    Engine engine(Options{.kind = kind, .cpu_workers = 4});
+    Var x = engine.new_variable(), y1 = engine.new_variable(), y2 = engine.new_variable();
+    Var z = engine.new_variable(), q = engine.new_variable();
+    // Each graph's capture keeps what is idle. The first replay takes every
+    // access over from its keeper; before the second, a push takes q back,
+    // so that replay holds q through its holders and takes the rest.
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round);
+      auto reads_go = std::make_shared<Gate>();
+      auto write_ran = std::make_shared<Gate>();
+      std::atomic<int> reads_done{0};
+      std::atomic<int> seen_by_write{-1};
+      std::atomic<bool> waiter_saw_write{false};
+      Graph g = engine.capture([&] {
+        engine.push_sync([] {}, Context::cpu(), {}, {x}, {.name = "writes x"});
+        engine.push_sync([&, reads_go] { reads_go->wait(std::chrono::seconds(20)); ++reads_done; }, Context::cpu(), {x}, {y1});
+        engine.push_sync([&] { ++reads_done; }, Context::cpu(), {x}, {y2});
+        engine.push_sync([] {}, Context::cpu(), {y1, y2}, {z}, {.name = "follows both reads"});
+        engine.push_sync([&, write_ran] { waiter_saw_write = write_ran->wait(std::chrono::seconds(20)); }, Context::cpu(),
+                         {}, {q}, {.name = "waits for the write after the replay"});
+      });
+      if (round == 1) engine.push_sync([] {}, Context::cpu(), {}, {q});
+      engine.replay(g);
+      engine.push_sync([&, write_ran] { seen_by_write = reads_done.load(); write_ran->open(); }, Context::cpu(), {}, {x});
+      EXPECT_FALSE(write_ran->wait(std::chrono::milliseconds(100))) << "the write ran before a read of the replay";
+      reads_go->open();
+      EXPECT_TRUE(write_ran->wait(std::chrono::seconds(20))) << "the write waited for the whole replay";
+      engine.wait_for_all();
+      EXPECT_EQ(seen_by_write.load(), 2);
+      EXPECT_TRUE(waiter_saw_write.load());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ordo::test
