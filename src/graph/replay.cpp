@@ -353,6 +353,14 @@ void end_hold(ReplayState* s, std::uint32_t k) noexcept {
   }
 }
 
+/// A plan that takes every variable over from the graph's keeper (none held).
+std::size_t plan_all(ReplayState* s, std::size_t nv) noexcept {
+  s->hold_index = nullptr;
+  s->index.clear();
+  s->specs.clear();
+  return nv;
+}
+
 /// Which of the graph's variables the holders' push holds: all but those
 /// the graph keeps now (read without a lock: TakeKept checks them under the
 /// locks), in s->index/s->specs; all of them (hold_index null) when none is
@@ -401,22 +409,28 @@ struct TakeKept : HoldStep {
     const std::size_t nv = g->vars.size();
     const std::uint32_t* held = s->hold_index;
     const std::uint32_t* held_end = held + (nv - planned);
-    const bool all = planned == nv;  // nothing set per variable (ReplayState::all_taken)
+    const bool all = planned == nv;  // then nothing is set per variable (ReplayState::all_taken)
+    auto take_one = [&](std::uint32_t k) {
+      std::atomic<std::uint8_t>& state = keeper.state[k];
+      // acquire: the ops of the replay that kept it come before this one's.
+      if (state.load(std::memory_order_acquire) != VarKeeper::kKept) return false;
+      state.store(VarKeeper::kTaken, std::memory_order_relaxed);
+      return true;
+    };
     {
       std::lock_guard lock(keeper.lock);
       for (std::uint32_t k = 0; k < nv; ++k) {
-        if (held != held_end && *held == k) {
+        if (all) {
+          if (take_one(k)) continue;
+        } else if (held != held_end && *held == k) {
           ++held;
           continue;
+        } else if (take_one(k)) {
+          s->held[k].at_push = s->held[k].taken = true;
+          continue;
         }
-        std::atomic<std::uint8_t>& state = keeper.state[k];
-        // acquire: the ops of the replay that kept it come before this one's.
-        if (state.load(std::memory_order_acquire) != VarKeeper::kKept) {
-          undo(k);
-          return false;
-        }
-        state.store(VarKeeper::kTaken, std::memory_order_relaxed);
-        if (!all) s->held[k].at_push = s->held[k].taken = true;
+        undo(k);
+        return false;
       }
     }
     s->granted_at_push = planned;
@@ -708,8 +722,8 @@ std::pair<std::size_t, std::size_t> share(std::size_t c, std::size_t count, std:
 }
 
 /// A starter's body, run on a worker. When every variable was granted at
-/// the holders' push (ReplayState::all_at_push), its share of the graph's
-/// roots, run here as far as place() lets (Continuer; else made and
+/// the holders' push (ReplayState::all_at_push), the graph's roots
+/// [begin, end), run here as far as place() lets (Continuer; else made and
 /// dispatched); otherwise the recorded ops that start on variables
 /// [begin, end) granted at that push, made and dispatched. It counts in the
 /// replay's `pending` (the replay outlives it).
@@ -729,9 +743,8 @@ struct StartRun {
     ReadyList ready;
     if (s->all_at_push) {
       const GraphData& g = *s->graph;
-      const auto [first, last] = share(begin / kStartBatch, starter_count(g.vars.size()), g.roots.size());
       Continuer here(s->core);
-      for (std::size_t r = first; r < last; ++r) {
+      for (std::uint32_t r = begin; r < end; ++r) {
         const std::uint32_t i = g.roots[r];
         if (here.take(g, g.steps[i])) {
           HeldRun at(s, nullptr, i);
@@ -783,8 +796,14 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   core->wait_for_room();
   std::size_t nh = nv;
   std::size_t bad = nh;
-  try {
-    for (std::size_t c = 0; c < starter_count(nv); ++c) {
+  // As many starters as the plan needs: one per batch of variables, or,
+  // when every variable is taken over, one per root at most.
+  auto make_starters = [&](std::size_t want) {
+    while (starters.size() > want) {
+      op_free(starters.back());
+      starters.pop_back();
+    }
+    while (starters.size() < want) {
       OpRecord* op = op_alloc();  // its body is emplaced once pushed (inline: cannot fail)
       starters.push_back(op);
       op->kind = OpKind::fn;
@@ -793,13 +812,19 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       op->wait.store(0, std::memory_order_relaxed);
       op->counted = true;
     }
+  };
+  try {
     // The variables the graph keeps are taken over inside the holders' push,
-    // which holds the rest. Declined twice (kept accesses taken back between
-    // the plan and the push), it holds every variable (the push takes those
-    // still kept back, as any push does).
-    for (int attempt = 0;; ++attempt) {
-      const std::size_t planned = plan_holds(s, g, attempt < 2);
+    // which holds the rest. When the last replay took every one over, the
+    // first try plans that without reading the keeper (the step checks each
+    // anyway). Declined twice after a plan read from the keeper (kept
+    // accesses taken back between the plan and the push), it holds every
+    // variable (the push takes those still kept back, as any push does).
+    bool blind = g.took_all.load(std::memory_order_relaxed);
+    for (int declines = 0;;) {
+      const std::size_t planned = blind ? plan_all(s, nv) : plan_holds(s, g, declines < 2);
       nh = nv - planned;
+      make_starters(planned == nv ? std::min(starter_count(nv), g.roots.size()) : starter_count(nv));
       const AccessSpec* hold_specs = s->hold_index != nullptr ? s->specs.data() : g.specs.data();
       s->holders.resize(holder_count(nh));
       for (std::size_t c = 0; c < s->holders.size(); ++c) {
@@ -822,9 +847,14 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       TakeKept step(s, &g, planned);
       bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size(), step);
       if (bad != EngineCore::kDeclined) break;
+      if (!std::exchange(blind, false)) ++declines;
       for (OpRecord* r : records) op_free(r);
       records.clear();
     }
+    g.took_all.store(s->all_taken, std::memory_order_relaxed);
+    // Before any starter runs; the replaying thread's count keeps the
+    // replay from ending before this.
+    s->pending.fetch_add(starters.size(), std::memory_order_relaxed);
   } catch (...) {
     free_records();
     throw;
@@ -848,16 +878,17 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
   }
   std::size_t idle = 0;  // starters without roots to start: not dispatched
   for (std::size_t c = 0; c < starters.size(); ++c) {
-    if (s->all_at_push) {
-      const auto [first, last] = share(c, starters.size(), g.roots.size());
-      if (first == last) {
-        op_free(starters[c]);
-        ++idle;
-        continue;
-      }
+    // Its share of the roots, or its batch of variables.
+    auto [first, last] = share(c, starters.size(), g.roots.size());
+    if (!s->all_at_push) {
+      first = c * kStartBatch;
+      last = std::min(nv, first + kStartBatch);
+    } else if (first == last) {
+      op_free(starters[c]);
+      ++idle;
+      continue;
     }
-    const std::size_t k = c * kStartBatch;
-    starters[c]->fn.emplace(StartRun(s, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(std::min(nv, k + kStartBatch))));
+    starters[c]->fn.emplace(StartRun(s, static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last)));
     core->dispatch(starters[c], Origin::completion);
   }
   if (idle > 0) {
@@ -965,7 +996,7 @@ ReplayState* push_replay(Engine& engine, const std::shared_ptr<const GraphData>&
         const GraphNode& node = *graph->nodes[opers[retained]];
         EngineExtension::retain_operator(engine, node.oper, node.oper_gen);
       }
-      s->pending.store(graph->sinks + starter_count(graph->vars.size()) + 1, std::memory_order_relaxed);
+      s->pending.store(graph->sinks + 1, std::memory_order_relaxed);  // + the starters (push_held)
       push_held(core, *graph, s);
     } catch (...) {
       for (std::size_t r = 0; r < retained; ++r) {
