@@ -1102,7 +1102,8 @@ void EngineCore::unkeep(VarRecord* v) noexcept {
   }
 }
 
-void EngineCore::keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
+std::size_t EngineCore::keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {
+  std::size_t kept = 0;
   for (std::size_t k = 0; k < n; ++k) {
     VarRecord* v = specs[k].var;
     std::lock_guard lock(v->lock);
@@ -1114,7 +1115,9 @@ void EngineCore::keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size
     v->keep_index = static_cast<std::uint32_t>(k);
     v->keep_write = specs[k].write;
     keeper.state[k].store(VarKeeper::kKept, std::memory_order_release);
+    ++kept;
   }
+  return kept;
 }
 
 void EngineCore::drop_kept(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept {

@@ -326,8 +326,9 @@ class EngineCore final : public PoolHost {
   /// At capture: each variable of specs[0..n) (the graph's, in its order)
   /// that nothing uses, waits on or holds now is granted and kept for the
   /// graph's first replay, which then starts as later ones do. Invisible
-  /// to every push (the first on it takes the access back).
-  static void keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept;
+  /// to every push (the first on it takes the access back). Returns how
+  /// many it kept.
+  static std::size_t keep_idle(VarKeeper& keeper, const AccessSpec* specs, std::size_t n) noexcept;
   /// The registry a graph's VarKeeper shares with this engine.
   [[nodiscard]] const std::shared_ptr<KeeperRegistry>& keepers() const noexcept { return keepers_; }
   /// A graph's keeper going away: the accesses it keeps on specs[0..n)

@@ -427,7 +427,8 @@ std::shared_ptr<GraphData> build_graph(std::shared_ptr<GraphData> data) {
   data->specs.reserve(data->vars.size());
   for (const GraphData::VarUse& use : data->vars) data->specs.push_back(use.spec);
   data->keeper = std::make_unique<VarKeeper>(data->vars.size(), EngineExtension::core(*data->engine)->keepers());
-  EngineCore::keep_idle(*data->keeper, data->specs.data(), data->specs.size());
+  const std::size_t kept = EngineCore::keep_idle(*data->keeper, data->specs.data(), data->specs.size());
+  data->took_all.store(kept == data->specs.size(), std::memory_order_relaxed);  // the first replay plans as later ones
   return data;
 }
 

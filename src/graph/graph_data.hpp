@@ -141,8 +141,9 @@ struct GraphData {
   /// Its variables' accesses kept between replays (VarKeeper; made at
   /// capture, indexed as `vars`).
   std::unique_ptr<VarKeeper> keeper;
-  /// Whether the last replay took every access over from the keeper (a
-  /// hint for the next one's plan; replays may race on it).
+  /// Whether the last replay took every access over from the keeper, or,
+  /// before the first, whether the capture kept every one (a hint for the
+  /// next replay's plan; replays may race on it).
   mutable std::atomic<bool> took_all{false};
   /// The states of finished replays, arrays included, for the next ones
   /// (the first made at capture): no allocation per replay once warm.
