@@ -32,6 +32,7 @@ struct ReplayArrays {
     /// when the hold began, then each recorded write's outcome. Ordered by
     /// the graph's edges (a write follows every access before it).
     ErrorRecord* error = nullptr;
+    // Neither is set when the replay took every variable (ReplayState::all_taken).
     bool at_push = false;  ///< granted inside the holders' push (read by the replaying thread only)
     bool taken = false;    ///< taken over from the graph's keeper (no holder holds it)
   };

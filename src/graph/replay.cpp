@@ -397,9 +397,10 @@ struct TakeKept : HoldStep {
   ReplayState* s;
   const GraphData* g;
   std::size_t planned;
+  bool all;  ///< every variable planned taken: then nothing is set per variable (ReplayState::all_taken)
 
   TakeKept(ReplayState* st, const GraphData* graph, std::size_t n) noexcept
-      : HoldStep{&run}, s(st), g(graph), planned(n) {}
+      : HoldStep{&run}, s(st), g(graph), planned(n), all(n == graph->vars.size()) {}
 
   static bool run(HoldStep* self) noexcept { return static_cast<TakeKept*>(self)->take(); }
 
@@ -409,7 +410,6 @@ struct TakeKept : HoldStep {
     const std::size_t nv = g->vars.size();
     const std::uint32_t* held = s->hold_index;
     const std::uint32_t* held_end = held + (nv - planned);
-    const bool all = planned == nv;  // then nothing is set per variable (ReplayState::all_taken)
     auto take_one = [&](std::uint32_t k) {
       std::atomic<std::uint8_t>& state = keeper.state[k];
       // acquire: the ops of the replay that kept it come before this one's.
@@ -453,7 +453,6 @@ struct TakeKept : HoldStep {
  private:
   /// Under the keeper's lock: what this step took before variable `stop`, kept again.
   void undo(std::uint32_t stop) noexcept {
-    const bool all = planned == g->vars.size();
     for (std::uint32_t k = 0; k < stop; ++k) {
       ReplayArrays::Held& h = s->held[k];
       if (!all && !h.taken) continue;

@@ -55,15 +55,19 @@ TEST(OpFn, AMovedHeapBodyKeepsItsAllocation) {
 TEST(OpFn, ABodyWhoseMoveMayThrowLivesOnTheHeapAndMovesByPointer) {
   struct ThrowingMove {
     int* calls;
-    explicit ThrowingMove(int* c) : calls(c) {}
+    int* moves;
+    ThrowingMove(int* c, int* m) : calls(c), moves(m) {}
     ThrowingMove(const ThrowingMove&) = default;
-    ThrowingMove(ThrowingMove&& o) noexcept(false) : calls(o.calls) {}
+    ThrowingMove(ThrowingMove&& o) noexcept(false) : calls(o.calls), moves(o.moves) { ++*moves; }
     void operator()(const RunContext&) const { ++*calls; }
   };
   int calls = 0;
+  int moves = 0;
   OpFn a;
-  a.emplace(ThrowingMove(&calls));
+  a.emplace(ThrowingMove(&calls, &moves));
+  EXPECT_EQ(moves, 1);   // into its heap allocation
   OpFn b(std::move(a));  // noexcept: the body is not moved, only its pointer
+  EXPECT_EQ(moves, 1) << "a body whose move may throw was moved by OpFn's move";
   b.invoke_sync(cpu_rc());
   EXPECT_EQ(calls, 1);
 }
