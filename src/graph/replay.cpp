@@ -397,10 +397,9 @@ struct TakeKept : HoldStep {
   ReplayState* s;
   const GraphData* g;
   std::size_t planned;
-  bool all;  ///< every variable planned taken: then nothing is set per variable (ReplayState::all_taken)
 
   TakeKept(ReplayState* st, const GraphData* graph, std::size_t n) noexcept
-      : HoldStep{&run}, s(st), g(graph), planned(n), all(n == graph->vars.size()) {}
+      : HoldStep{&run}, s(st), g(graph), planned(n) {}
 
   static bool run(HoldStep* self) noexcept { return static_cast<TakeKept*>(self)->take(); }
 
@@ -410,6 +409,7 @@ struct TakeKept : HoldStep {
     const std::size_t nv = g->vars.size();
     const std::uint32_t* held = s->hold_index;
     const std::uint32_t* held_end = held + (nv - planned);
+    const bool all = planned == nv;  // then nothing is set per variable (ReplayState::all_taken)
     auto take_one = [&](std::uint32_t k) {
       std::atomic<std::uint8_t>& state = keeper.state[k];
       // acquire: the ops of the replay that kept it come before this one's.
@@ -429,7 +429,7 @@ struct TakeKept : HoldStep {
           s->held[k].at_push = s->held[k].taken = true;
           continue;
         }
-        undo(k);
+        undo(k, all);
         return false;
       }
     }
@@ -451,8 +451,9 @@ struct TakeKept : HoldStep {
   }
 
  private:
-  /// Under the keeper's lock: what this step took before variable `stop`, kept again.
-  void undo(std::uint32_t stop) noexcept {
+  /// Under the keeper's lock: what this step took before variable `stop`
+  /// (all of them, or those marked taken), kept again.
+  void undo(std::uint32_t stop, bool all) noexcept {
     for (std::uint32_t k = 0; k < stop; ++k) {
       ReplayArrays::Held& h = s->held[k];
       if (!all && !h.taken) continue;
