@@ -25,8 +25,9 @@ struct BodyPool;
 /// one (and the iteration's end while it pushes); the last one destroys the
 /// bodies and gives the set back to its pool, for a later iteration.
 struct BodySet final : ReplayBodies {
-  /// Slots in chunks of kChunk (an OpFn never moves), and each slot's
-  /// address in order (ReplayBodies::fns; what recording indexes).
+  /// Slots in chunks of kChunk (a slot never moves: an op pushed with the
+  /// set, and the replay, hold its address), and each slot's address in
+  /// order (ReplayBodies::fns; what recording indexes).
   static constexpr std::size_t kChunk = 64;
   std::vector<std::unique_ptr<OpFn[]>> chunks;
   std::vector<OpFn*> ptrs;
