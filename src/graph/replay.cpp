@@ -824,7 +824,8 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
     for (int declines = 0;;) {
       const std::size_t planned = blind ? plan_all(s, nv) : plan_holds(s, g, declines < 2);
       nh = nv - planned;
-      make_starters(planned == nv ? std::min(starter_count(nv), g.roots.size()) : starter_count(nv));
+      const bool all_planned = nh == 0;  // every variable to be taken over (else the step declines)
+      make_starters(all_planned ? std::min(starter_count(nv), g.roots.size()) : starter_count(nv));
       const AccessSpec* hold_specs = s->hold_index != nullptr ? s->specs.data() : g.specs.data();
       s->holders.resize(holder_count(nh));
       for (std::size_t c = 0; c < s->holders.size(); ++c) {
@@ -842,7 +843,6 @@ void push_held(EngineCore* core, const GraphData& g, ReplayState* s) {
       // What each op waits for, before anything can be granted: its edges
       // only when every variable is taken over (then granted at push),
       // else its edges and entries (the entries counted down as granted).
-      const bool all_planned = planned == nv;
       std::memcpy(s->waits, all_planned ? g.edges_in.data() : g.waits.data(), n * sizeof(std::int32_t));
       TakeKept step(s, &g, planned);
       bad = core->submit_holders(records.data(), hold_specs, nh, kHoldAttrs, n + starters.size(), step);
